@@ -1,0 +1,18 @@
+// ds41rt: one binary, several roles (docs/design.md section 1). Each subcommand lives in its own
+// file under src/app/ and registers itself here.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "app/commands.h"
+
+int main(int argc, char **argv) {
+    CLI::App app{"ds41rt: DeepSeek V4.1 Flash / V4 Flash inference server"};
+    app.require_subcommand(1);
+    ds41rt::app::command_list cmds;
+    ds41rt::app::register_inspect(app, cmds);
+    ds41rt::app::register_generate(app, cmds);
+    CLI11_PARSE(app, argc, argv);
+    for (auto &c : cmds)
+        if (c.sub->parsed()) return c.run();
+    return 2;
+}
