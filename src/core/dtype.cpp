@@ -132,14 +132,13 @@ float e8m0_to_f32(uint8_t v) {
 }
 
 uint8_t f32_to_e8m0(float f) {
-    if (std::isnan(f)) return 0xff;
-    if (!(f > 0.0f)) return 0x00;
-    if (std::isinf(f)) return 0xff;
+    // E8M0 has no zero and no sign: ml_dtypes maps zero, negatives, inf and NaN to NaN (0xff).
+    if (!(f > 0.0f) || std::isinf(f)) return 0xff;
     int e;
     float m = std::frexp(f, &e);  // f = m * 2^e, m in [0.5, 1): f = (2m) * 2^(e-1)
     int k = e - 1;                // f = (2m) * 2^k with 2m in [1, 2)
     float mm = 2.0f * m;
-    if (mm > 1.5f || (mm == 1.5f && ((k + 127) & 1))) k++;
+    if (mm >= 1.5f) k++;  // no mantissa bits: ties round up, as ml_dtypes does
     int code = k + 127;
     if (code < 0) return 0x00;
     if (code > 254) return 0xff;

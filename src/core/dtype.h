@@ -61,8 +61,8 @@ inline float round_e4m3(float f, bool saturate = true) { return e4m3_to_f32(f32_
 
 // ---- E8M0 (unsigned exponent) -----------------------------------------------------------------
 float e8m0_to_f32(uint8_t v);     // 2^(v-127); 0xff -> NaN
-// Round to the nearest power of two, ties (exactly 1.5 * 2^k) to the even exponent code, as
-// ml_dtypes' float8_e8m0fnu does. Zero and negatives map to the smallest code; NaN to 0xff.
+// Round to the nearest power of two; a tie (exactly 1.5 * 2^k) rounds up, as ml_dtypes'
+// float8_e8m0fnu does. Zero, negatives, inf and NaN map to 0xff (NaN).
 uint8_t f32_to_e8m0(float f);
 
 // ---- FP4 E2M1 ---------------------------------------------------------------------------------
