@@ -32,7 +32,7 @@ enum class dtype : uint8_t {
 
 // Bits per element (F4_E2M1 is 4; everything else a whole number of bytes times 8).
 int dtype_bits(dtype t);
-// Bytes for n elements (n must be even for F4_E2M1).
+// Bytes for n elements (F4_E2M1 rounds up: an odd count leaves the last high nibble as padding).
 size_t dtype_bytes(dtype t, size_t n);
 // The safetensors spelling ("F32", "BF16", "F8_E4M3", "F8_E8M0", "F4", ...).
 std::string_view dtype_name(dtype t);

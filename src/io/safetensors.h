@@ -55,7 +55,6 @@ private:
     const uint8_t *map_ = nullptr;
     size_t map_size_ = 0;
     std::shared_ptr<const void> keep_;  // owns the mapping; tensors hold copies of it
-    friend struct safetensors_file_access;
 };
 
 // A checkpoint directory: model.safetensors.index.json (sharded), or a single model.safetensors,
