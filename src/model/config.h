@@ -95,6 +95,15 @@ struct model_config {
 
     // ---- tokens ----
     int bos_token_id = 0, eos_token_id = 1, pad_token_id = 2;
+    int image_token_id = -1;    // V4.1 root image_token_id (-1: none)
+
+    // ---- vision tower (V4.1 vision_config; vision_n_layers 0: no vision part) ----
+    int vision_n_layers = 0;
+    int vision_dim = 0;
+    int vision_n_heads = 0;
+    int vision_inter_dim = 0;
+    int vision_patch_size = 0;
+    int vision_downsample_ratio = 0;
 
     // Derived helpers.
     int nope_head_dim() const { return head_dim - rope_head_dim; }
@@ -102,9 +111,11 @@ struct model_config {
     bool is_kv_source(int layer) const;
     bool is_index_source(int layer) const;
     bool has_engram(int layer) const;
-    // V4.1: the latest KV / index source at or before layer (-1 if none).
+    // V4.1: the latest KV / index source at or before layer (-1 if none). V4 has no sharing:
+    // every compressing layer is its own KV source (and, at ratio 4, its own index source).
     int kv_source_for(int layer) const;
     int index_source_for(int layer) const;
+    bool has_vision() const { return vision_n_layers > 0; }
 };
 
 // Parses config.json text. Unknown keys are ignored; missing or out-of-range required keys are
