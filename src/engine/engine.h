@@ -1,0 +1,62 @@
+// The engine: one loaded model and the sequences it is running.
+//
+// What crosses this boundary: token ids in, logits out, and opaque sequence handles. Callers
+// (serving, tools, tests) never see weights, caches or kernels. Each sequence owns its state
+// (window KV rings, compressor buffers and compressed entries, indexer keys, Engram history),
+// created by create_sequence() and released by free_sequence().
+//
+// A step takes several sequences at once, each with one or more new tokens appended at its
+// current length: a prefill chunk is many tokens, a decode step one. The result for each
+// sequence is the logits of every token it was given, in order.
+//
+// Threading: one thread drives an engine at a time; ops parallelize internally.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "model/config.h"
+
+namespace ds41rt::engine {
+
+// Which numerics the forward pass reproduces.
+//  - TRANSFORMERS: what the transformers implementation computes in fp32: fp32 activations, no
+//    activation quantization before matmuls; V4.1 simulates its three cache quantizations (FP8
+//    window KV, FP4 compressed entries, FP4 indexer q/k) where the dims are whole blocks.
+//  - OFFICIAL: DeepSeek's inference code: bf16 rounding points, per-block FP8 activation
+//    quantization before every FP8/FP4 matmul, the same cache quantizations.
+enum class numerics { TRANSFORMERS, OFFICIAL };
+
+struct engine_options {
+    numerics mode = numerics::TRANSFORMERS;
+};
+
+using seq_id = int64_t;
+
+struct step_input {
+    seq_id seq = -1;
+    std::vector<int32_t> tokens;  // appended at the sequence's current length
+};
+
+class engine {
+public:
+    virtual ~engine() = default;
+
+    // Loads config.json and the checkpoint in dir (any supported storage format).
+    static Result<std::unique_ptr<engine>> open(const std::string &dir, const engine_options &opt = {});
+
+    virtual const model::model_config &config() const = 0;
+
+    virtual seq_id create_sequence() = 0;
+    virtual void free_sequence(seq_id s) = 0;
+    virtual int64_t sequence_length(seq_id s) const = 0;
+
+    // Runs one batched step. logits[i] is [inputs[i].tokens.size(), vocab] fp32.
+    virtual Status step(const std::vector<step_input> &inputs, std::vector<Tensor> *logits) = 0;
+};
+
+}  // namespace ds41rt::engine

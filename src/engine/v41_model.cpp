@@ -1,0 +1,700 @@
+// DeepSeek V4.1 Flash: the text forward pass on the CPU reference ops.
+//
+// Layout of this file, in the order a token meets it: weights, per-sequence state, the mHC
+// hyper-connection helpers, Engram, attention (window, compressor, indexer, sparse attention,
+// grouped output), MoE, and the step driver. Every formula cites the spec section it follows;
+// where transformers and DeepSeek's reference differ, the TRANSFORMERS numerics follow
+// transformers (spec section 10.2) and the difference is named.
+//
+// Deliberate deviation from DeepSeek's reference decode path (spec 4.5, 10.2 row 6): the
+// reference republishes a KV source's index keys only on calls where a group closes, so its
+// single-token decode at even positions scores against stale keys. We publish every source's
+// running key cache on every call, the semantics training and prefill see (and transformers,
+// vLLM, llama.cpp implement).
+#include "engine/v41_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+
+#include "backend/cpu/ops.h"
+#include "core/threads.h"
+#include "engine/engram_hash.h"
+#include "engine/rope.h"
+
+namespace ds41rt::engine {
+
+namespace cpu = backend::cpu;
+
+namespace {
+
+constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
+
+// ---- weights ------------------------------------------------------------------------------------
+// Resolved once at load, as fp32 (dequantized from whatever the checkpoint stores).
+
+struct layer_weights {
+    Tensor attn_norm, ffn_norm;
+    Tensor hc_attn_fn, hc_attn_base, hc_attn_scale, hc_ffn_fn, hc_ffn_base, hc_ffn_scale;
+    Tensor attn_sink, wq_a, q_norm, wq_b, wkv, kv_norm, wo_a, wo_b;
+    Tensor c_wkv, c_wgate, c_norm;                 // KV sources
+    Tensor i_wk, i_k_norm, i_wq_b, i_weights_proj;  // index sources (wk, k_norm on KV sources)
+    Tensor e_table, e_wkv, e_q, e_k;                // Engram layers
+    Tensor gate_w, gate_bias;
+    std::vector<Tensor> w1, w2, w3;
+    Tensor sw1, sw2, sw3;
+};
+
+struct model_weights {
+    Tensor embed, head, norm;
+    std::vector<layer_weights> layers;
+};
+
+Status load_weights(const model::model_config &c, const weight_source &src, model_weights *w) {
+    auto get = [&](const std::string &name, Tensor *out) -> Status {
+        auto r = src(name);
+        if (!r) return r.status();
+        *out = std::move(r.value());
+        return Status::ok();
+    };
+    DS41RT_RETURN_IF_ERROR(get("embed.weight", &w->embed));
+    DS41RT_RETURN_IF_ERROR(get("head.weight", &w->head));
+    DS41RT_RETURN_IF_ERROR(get("norm.weight", &w->norm));
+    w->layers.resize(size_t(c.n_layers));
+    for (int l = 0; l < c.n_layers; l++) {
+        layer_weights &L = w->layers[size_t(l)];
+        const std::string p = "layers." + std::to_string(l) + ".";
+        const std::pair<const char *, Tensor *> common[] = {
+            {"attn_norm.weight", &L.attn_norm}, {"ffn_norm.weight", &L.ffn_norm},
+            {"hc_attn_fn", &L.hc_attn_fn},      {"hc_attn_base", &L.hc_attn_base},
+            {"hc_attn_scale", &L.hc_attn_scale}, {"hc_ffn_fn", &L.hc_ffn_fn},
+            {"hc_ffn_base", &L.hc_ffn_base},    {"hc_ffn_scale", &L.hc_ffn_scale},
+            {"attn.attn_sink", &L.attn_sink},   {"attn.wq_a.weight", &L.wq_a},
+            {"attn.q_norm.weight", &L.q_norm},  {"attn.wq_b.weight", &L.wq_b},
+            {"attn.wkv.weight", &L.wkv},        {"attn.kv_norm.weight", &L.kv_norm},
+            {"attn.wo_a.weight", &L.wo_a},      {"attn.wo_b.weight", &L.wo_b},
+            {"ffn.gate.weight", &L.gate_w},     {"ffn.gate.bias", &L.gate_bias},
+            {"ffn.shared_experts.w1.weight", &L.sw1}, {"ffn.shared_experts.w2.weight", &L.sw2},
+            {"ffn.shared_experts.w3.weight", &L.sw3},
+        };
+        for (auto &[name, t] : common) DS41RT_RETURN_IF_ERROR(get(p + name, t));
+        if (c.is_kv_source(l)) {
+            DS41RT_RETURN_IF_ERROR(get(p + "attn.compressor.wkv.weight", &L.c_wkv));
+            DS41RT_RETURN_IF_ERROR(get(p + "attn.compressor.norm.weight", &L.c_norm));
+            if (c.ratio(l) > 1) DS41RT_RETURN_IF_ERROR(get(p + "attn.compressor.wgate.weight", &L.c_wgate));
+            DS41RT_RETURN_IF_ERROR(get(p + "attn.indexer.wk.weight", &L.i_wk));
+            DS41RT_RETURN_IF_ERROR(get(p + "attn.indexer.k_norm.weight", &L.i_k_norm));
+        }
+        if (c.is_index_source(l)) {
+            DS41RT_RETURN_IF_ERROR(get(p + "attn.indexer.wq_b.weight", &L.i_wq_b));
+            DS41RT_RETURN_IF_ERROR(get(p + "attn.indexer.weights_proj.weight", &L.i_weights_proj));
+        }
+        if (c.has_engram(l)) {
+            DS41RT_RETURN_IF_ERROR(get(p + "engram.embed.weight", &L.e_table));
+            DS41RT_RETURN_IF_ERROR(get(p + "engram.wkv.weight", &L.e_wkv));
+            DS41RT_RETURN_IF_ERROR(get(p + "engram.q_weight", &L.e_q));
+            DS41RT_RETURN_IF_ERROR(get(p + "engram.k_weight", &L.e_k));
+        }
+        L.w1.resize(size_t(c.n_routed_experts));
+        L.w2.resize(size_t(c.n_routed_experts));
+        L.w3.resize(size_t(c.n_routed_experts));
+        for (int e = 0; e < c.n_routed_experts; e++) {
+            const std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
+            DS41RT_RETURN_IF_ERROR(get(ep + "w1.weight", &L.w1[size_t(e)]));
+            DS41RT_RETURN_IF_ERROR(get(ep + "w2.weight", &L.w2[size_t(e)]));
+            DS41RT_RETURN_IF_ERROR(get(ep + "w3.weight", &L.w3[size_t(e)]));
+        }
+    }
+    return Status::ok();
+}
+
+// ---- per-sequence state -------------------------------------------------------------------------
+// The window ring holds the last `window` KV rows of every layer (tagged with their positions);
+// a KV source holds its partial compression group and every entry and index key emitted so far.
+
+struct source_state {
+    std::vector<float> buf_kv, buf_gate;  // [n_buf, head_dim] pending tokens of an open group
+    int64_t n_buf = 0;
+    std::vector<float> entries;           // [n_entries, head_dim]: RoPE'd, FP4-simulated
+    std::vector<float> index_keys;        // [n_entries, index_head_dim]
+    int64_t n_entries = 0;
+};
+
+struct sequence_state {
+    int64_t len = 0;
+    std::vector<std::vector<float>> ring;       // per layer [window, head_dim]
+    std::vector<std::vector<int64_t>> ring_pos;  // per layer [window], -1 = empty
+    std::map<int, source_state> sources;        // by KV-source layer
+    std::vector<int64_t> engram_history;        // compressed id per position
+};
+
+// What one forward hands down the layer stack (spec 4.5): the latest index selection per query
+// and the candidate mask of the candidate source.
+struct shared_state {
+    bool has_topk = false;
+    std::vector<std::vector<int32_t>> topk;     // per query: selected compressed entries
+    bool has_candidates = false;
+    std::vector<std::vector<uint8_t>> candidates;  // per query [T]
+};
+
+class v41_engine final : public engine {
+public:
+    v41_engine(model::model_config c, model_weights w, engram_hasher h, bool has_engram, engine_options opt)
+        : c_(std::move(c)), w_(std::move(w)), hasher_(std::move(h)), has_engram_(has_engram), opt_(opt),
+          rope_main_(make_rope_table(c_, false)), rope_compress_(make_rope_table(c_, true)) {}
+
+    const model::model_config &config() const override { return c_; }
+
+    seq_id create_sequence() override {
+        seq_id id = next_id_++;
+        sequence_state s;
+        s.ring.assign(c_.n_layers, std::vector<float>(size_t(c_.window) * size_t(c_.head_dim), 0.0f));
+        s.ring_pos.assign(c_.n_layers, std::vector<int64_t>(size_t(c_.window), -1));
+        for (int l = 0; l < c_.n_layers; l++)
+            if (c_.is_kv_source(l)) s.sources[l] = source_state{};
+        seqs_[id] = std::move(s);
+        return id;
+    }
+    void free_sequence(seq_id s) override { seqs_.erase(s); }
+    int64_t sequence_length(seq_id s) const override {
+        auto it = seqs_.find(s);
+        return it == seqs_.end() ? -1 : it->second.len;
+    }
+
+    Status step(const std::vector<step_input> &inputs, std::vector<Tensor> *logits) override {
+        logits->clear();
+        for (const auto &in : inputs) {
+            auto it = seqs_.find(in.seq);
+            if (it == seqs_.end()) return Status::invalid_argument("unknown sequence " + std::to_string(in.seq));
+            if (in.tokens.empty()) return Status::invalid_argument("step with no tokens");
+            for (int32_t t : in.tokens)
+                if (t < 0 || t >= c_.vocab_size)
+                    return Status::invalid_argument("token id " + std::to_string(t) + " outside the vocabulary");
+        }
+        for (const auto &in : inputs) {
+            Tensor out = Tensor::f32({int64_t(in.tokens.size()), c_.vocab_size});
+            forward(seqs_[in.seq], in.tokens, out.f());
+            logits->push_back(std::move(out));
+        }
+        return Status::ok();
+    }
+
+private:
+    // ---- mHC (spec 4.2) ------------------------------------------------------------------------
+    struct mixes {
+        std::vector<float> pre, post, comb;  // [S, hc], [S, hc], [S, hc, hc] (comb[j][k])
+    };
+
+    mixes hc_mixes(const std::vector<float> &X, int64_t S, const Tensor &fn, const Tensor &scale,
+                   const Tensor &base) const {
+        const int hc = c_.hc_mult;
+        const int64_t flat = int64_t(hc) * c_.dim, n_mix = int64_t(2 + hc) * hc;
+        std::vector<float> normed(S * flat), m(S * n_mix);
+        cpu::rms_norm(X.data(), nullptr, normed.data(), S, flat, c_.norm_eps);
+        cpu::matmul_nt(normed.data(), fn.f(), m.data(), S, n_mix, flat);
+        const float *sc = scale.f(), *b = base.f();
+        mixes r;
+        r.pre.resize(size_t(S * hc));
+        r.post.resize(size_t(S * hc));
+        r.comb.resize(size_t(S * hc * hc));
+        for (int64_t s = 0; s < S; s++) {
+            const float *ms = m.data() + s * n_mix;
+            for (int j = 0; j < hc; j++) {
+                r.pre[size_t(s * hc + j)] = cpu::sigmoid(ms[j] * sc[0] + b[j]) + c_.hc_eps;
+                r.post[size_t(s * hc + j)] = 2.0f * cpu::sigmoid(ms[hc + j] * sc[1] + b[hc + j]);
+            }
+            float *C = r.comb.data() + s * hc * hc;
+            for (int j = 0; j < hc; j++) {  // softmax over k, then + eps
+                float mx = NEG_INF;
+                for (int k = 0; k < hc; k++) {
+                    C[j * hc + k] = ms[2 * hc + j * hc + k] * sc[2] + b[2 * hc + j * hc + k];
+                    mx = std::max(mx, C[j * hc + k]);
+                }
+                float sum = 0;
+                for (int k = 0; k < hc; k++) sum += (C[j * hc + k] = std::exp(C[j * hc + k] - mx));
+                for (int k = 0; k < hc; k++) C[j * hc + k] = C[j * hc + k] / sum + c_.hc_eps;
+            }
+            auto col_norm = [&] {
+                for (int k = 0; k < hc; k++) {
+                    float sum = 0;
+                    for (int j = 0; j < hc; j++) sum += C[j * hc + k];
+                    for (int j = 0; j < hc; j++) C[j * hc + k] /= sum + c_.hc_eps;
+                }
+            };
+            auto row_norm = [&] {
+                for (int j = 0; j < hc; j++) {
+                    float sum = 0;
+                    for (int k = 0; k < hc; k++) sum += C[j * hc + k];
+                    for (int k = 0; k < hc; k++) C[j * hc + k] /= sum + c_.hc_eps;
+                }
+            };
+            col_norm();
+            for (int it = 0; it < c_.hc_sinkhorn_iters - 1; it++) {
+                row_norm();
+                col_norm();
+            }
+        }
+        return r;
+    }
+
+    // x[s] = sum_j pre[s, j] * X[s, j]
+    void hc_collapse(const std::vector<float> &X, const std::vector<float> &pre, int64_t S, float *x) const {
+        const int hc = c_.hc_mult;
+        const int64_t D = c_.dim;
+        for (int64_t s = 0; s < S; s++)
+            for (int64_t d = 0; d < D; d++) {
+                float acc = 0;
+                for (int j = 0; j < hc; j++) acc += pre[size_t(s * hc + j)] * X[size_t((s * hc + j) * D + d)];
+                x[s * D + d] = acc;
+            }
+    }
+
+    // X[s, k] = post[s, k] * y[s] + sum_j comb[s, j, k] * X[s, j]   (sum over the FIRST index)
+    void hc_expand(std::vector<float> &X, const float *y, const mixes &mx, int64_t S) const {
+        const int hc = c_.hc_mult;
+        const int64_t D = c_.dim;
+        std::vector<float> res(hc * D);
+        for (int64_t s = 0; s < S; s++) {
+            float *Xs = X.data() + s * hc * D;
+            std::copy(Xs, Xs + hc * D, res.begin());
+            const float *C = mx.comb.data() + s * hc * hc;
+            for (int k = 0; k < hc; k++)
+                for (int64_t d = 0; d < D; d++) {
+                    float acc = 0;
+                    for (int j = 0; j < hc; j++) acc += C[j * hc + k] * res[size_t(j * D + d)];
+                    Xs[k * D + d] = mx.post[size_t(s * hc + k)] * y[s * D + d] + acc;
+                }
+        }
+    }
+
+    // ---- Engram (spec 4.9) ---------------------------------------------------------------------
+    void engram(const layer_weights &L, int k, sequence_state &st, int64_t p0, int64_t S, std::vector<float> &X) const {
+        const int hc = c_.hc_mult;
+        const int64_t D = c_.dim, ehd = c_.engram_head_dim, ncols = hasher_.n_cols();
+        const int64_t in_w = ncols * ehd, out_w = int64_t(hc + 1) * D;
+        std::vector<float> rows(S * in_w), kv(S * out_w);
+        std::vector<int64_t> ids(ncols);
+        for (int64_t s = 0; s < S; s++) {
+            hasher_.hash(st.engram_history, p0 + s, k, ids.data());
+            for (int64_t col = 0; col < ncols; col++) {
+                const float *src = L.e_table.f() + ids[size_t(col)] * ehd;
+                std::copy(src, src + ehd, rows.data() + s * in_w + col * ehd);
+            }
+        }
+        cpu::matmul_nt(rows.data(), L.e_wkv.f(), kv.data(), S, out_w, in_w);
+        const float *q = L.e_q.f(), *kw = L.e_k.f();
+        const float eps = c_.norm_eps;
+        for (int64_t s = 0; s < S; s++) {
+            const float *key = kv.data() + s * out_w, *value = key + hc * D;
+            for (int j = 0; j < hc; j++) {
+                float *h = X.data() + (s * hc + j) * D;
+                const float *kj = key + j * D;
+                double hh = 0, kk = 0;
+                for (int64_t d = 0; d < D; d++) {
+                    hh += double(h[d]) * h[d];
+                    kk += double(kj[d]) * kj[d];
+                }
+                float rstd = (1.0f / std::sqrt(float(hh / double(D)) + eps)) *
+                             (1.0f / std::sqrt(float(kk / double(D)) + eps));
+                float dot = 0;
+                for (int64_t d = 0; d < D; d++) dot += h[d] * (q[j * D + d] * kw[j * D + d]) * kj[d];
+                dot = dot * rstd * (1.0f / std::sqrt(float(D)));
+                float g = cpu::sigmoid(std::copysign(std::sqrt(std::max(std::fabs(dot), 1e-6f)), dot));
+                for (int64_t d = 0; d < D; d++) h[d] = h[d] + g * value[d];
+            }
+        }
+    }
+
+    // ---- attention (spec 4.3-4.8) ----------------------------------------------------------------
+    const rope_table &rope_for(int layer) const { return c_.ratio(layer) > 0 ? rope_compress_ : rope_main_; }
+
+    // Rotates the last rope_head_dim channels of n rows of width dim, one position per row.
+    void rope_rows(float *x, int64_t n, int64_t dim, const int64_t *pos, const rope_table &t, bool inverse) const {
+        std::vector<float> cs(n * t.n_pairs), sn(n * t.n_pairs);
+        t.eval(pos, n, cs.data(), sn.data());
+        cpu::rope_tail(x, n, dim, cs.data(), sn.data(), t.n_pairs, inverse);
+    }
+
+    // The compressor of a KV source (spec 4.4): returns the pre-RoPE latents of the groups that
+    // complete in this call and the position of the first one's first token.
+    std::vector<float> compress(const layer_weights &L, int layer, source_state &src, const float *x, int64_t S,
+                                int64_t *first_pos) const {
+        const int ratio = c_.ratio(layer);
+        const int64_t D = c_.dim, hd = c_.head_dim;
+        *first_pos = src.n_entries * ratio;
+        std::vector<float> kv(S * hd);
+        cpu::matmul_nt(x, L.c_wkv.f(), kv.data(), S, hd, D);
+        if (ratio == 1) {
+            cpu::rms_norm(kv.data(), L.c_norm.f(), kv.data(), S, hd, c_.norm_eps);
+            return kv;
+        }
+        std::vector<float> gate(S * hd);
+        cpu::matmul_nt(x, L.c_wgate.f(), gate.data(), S, hd, D);
+        src.buf_kv.insert(src.buf_kv.end(), kv.begin(), kv.end());
+        src.buf_gate.insert(src.buf_gate.end(), gate.begin(), gate.end());
+        src.n_buf += S;
+        const int64_t groups = src.n_buf / ratio;
+        std::vector<float> latent(groups * hd);
+        for (int64_t g = 0; g < groups; g++)
+            for (int64_t ch = 0; ch < hd; ch++) {
+                // Softmax over the group's tokens, independently per channel, in fp32.
+                float mx = NEG_INF;
+                for (int t = 0; t < ratio; t++) mx = std::max(mx, src.buf_gate[size_t((g * ratio + t) * hd + ch)]);
+                float den = 0, num = 0;
+                for (int t = 0; t < ratio; t++) {
+                    float e = std::exp(src.buf_gate[size_t((g * ratio + t) * hd + ch)] - mx);
+                    den += e;
+                }
+                for (int t = 0; t < ratio; t++) {
+                    float e = std::exp(src.buf_gate[size_t((g * ratio + t) * hd + ch)] - mx) / den;
+                    num += src.buf_kv[size_t((g * ratio + t) * hd + ch)] * e;
+                }
+                latent[size_t(g * hd + ch)] = num;
+            }
+        const size_t used = size_t(groups * ratio * hd);
+        src.buf_kv.erase(src.buf_kv.begin(), src.buf_kv.begin() + long(used));
+        src.buf_gate.erase(src.buf_gate.begin(), src.buf_gate.begin() + long(used));
+        src.n_buf -= groups * ratio;
+        cpu::rms_norm(latent.data(), L.c_norm.f(), latent.data(), groups, hd, c_.norm_eps);
+        return latent;
+    }
+
+    // The lightning indexer of an index source (spec 4.6, 4.7). Publishes index keys (owners),
+    // then the top-k selection per query (and, at the candidate source, the candidate mask).
+    void indexer(const layer_weights &L, int layer, sequence_state &st, const float *x, const float *qr,
+                 const std::vector<float> &latent, int64_t n_latent, int64_t first_pos, int64_t p0, int64_t S,
+                 shared_state &sh) const {
+        const int ratio = c_.ratio(layer);
+        const int64_t ihd = c_.index_head_dim, ih = c_.index_n_heads, hd = c_.head_dim;
+        source_state &src = st.sources.at(c_.kv_source_for(layer));
+        if (c_.is_kv_source(layer) && n_latent > 0) {
+            std::vector<float> k(n_latent * ihd);
+            cpu::matmul_nt(latent.data(), L.i_wk.f(), k.data(), n_latent, ihd, hd);
+            cpu::rms_norm(k.data(), L.i_k_norm.f(), k.data(), n_latent, ihd, c_.norm_eps);
+            std::vector<int64_t> pos(n_latent);
+            for (int64_t g = 0; g < n_latent; g++) pos[size_t(g)] = first_pos + ratio * g;
+            rope_rows(k.data(), n_latent, ihd, pos.data(), rope_compress_, false);
+            if (ihd % 32 == 0) cpu::fake_quant_fp4_ue8m0(k.data(), n_latent, ihd, 32);
+            src.index_keys.insert(src.index_keys.end(), k.begin(), k.end());
+        }
+        const int64_t T = int64_t(src.index_keys.size()) / ihd;
+        if (T == 0) return;  // nothing to select yet; earlier selections stay published
+
+        std::vector<float> q(S * ih * ihd), w(S * ih);
+        cpu::matmul_nt(qr, L.i_wq_b.f(), q.data(), S, ih * ihd, c_.q_lora_rank);
+        std::vector<int64_t> qpos(S * ih);
+        for (int64_t s = 0; s < S; s++)
+            for (int64_t h = 0; h < ih; h++) qpos[size_t(s * ih + h)] = p0 + s;
+        rope_rows(q.data(), S * ih, ihd, qpos.data(), rope_compress_, false);
+        if (ihd % 32 == 0) cpu::fake_quant_fp4_ue8m0(q.data(), S * ih, ihd, 32);
+        cpu::matmul_nt(x, L.i_weights_proj.f(), w.data(), S, ih, c_.dim);
+        const float qk_scale = 1.0f / std::sqrt(float(ihd)), head_scale = 1.0f / std::sqrt(float(ih));
+
+        std::vector<float> scores(S * T);
+        parallel_for(S, [&](int64_t s0, int64_t s1) {
+            for (int64_t s = s0; s < s1; s++) {
+                const int64_t visible = (p0 + s + 1) / ratio;
+                for (int64_t t = 0; t < T; t++) {
+                    if (t >= visible) {
+                        scores[size_t(s * T + t)] = NEG_INF;
+                        continue;
+                    }
+                    const float *kt = src.index_keys.data() + t * ihd;
+                    float acc = 0;
+                    for (int64_t h = 0; h < ih; h++) {
+                        const float *qh = q.data() + (s * ih + h) * ihd;
+                        float dot = 0;
+                        for (int64_t d = 0; d < ihd; d++) dot += qh[d] * kt[d];
+                        acc += std::max(dot, 0.0f) * qk_scale * (w[size_t(s * ih + h)] * head_scale);
+                    }
+                    scores[size_t(s * T + t)] = acc;
+                }
+            }
+        });
+
+        if (layer == c_.candidate_source_layer) {
+            // Level one (spec 4.7): best blocks of candidate_block_size positions; the block
+            // holding the newest visible position is pinned in.
+            const int64_t bs = c_.candidate_block_size, nb = (T + bs - 1) / bs;
+            sh.has_candidates = true;
+            sh.candidates.assign(S, std::vector<uint8_t>(size_t(T), 0));
+            for (int64_t s = 0; s < S; s++) {
+                std::vector<float> bscore(nb, NEG_INF);
+                for (int64_t t = 0; t < T; t++)
+                    bscore[size_t(t / bs)] = std::max(bscore[size_t(t / bs)], scores[size_t(s * T + t)]);
+                const int64_t visible = (p0 + s + 1) / ratio;
+                if (visible >= 1) bscore[size_t((visible - 1) / bs)] = std::numeric_limits<float>::infinity();
+                for (int64_t b : top_indices(bscore.data(), nb, std::min<int64_t>(c_.candidate_topk_blocks, nb)))
+                    for (int64_t t = b * bs; t < std::min(T, (b + 1) * bs); t++) sh.candidates[size_t(s)][size_t(t)] = 1;
+            }
+        } else if (c_.candidate_source_layer >= 0 && layer > c_.candidate_source_layer && sh.has_candidates) {
+            for (int64_t s = 0; s < S; s++)
+                for (int64_t t = 0; t < T; t++)
+                    if (!sh.candidates[size_t(s)][size_t(t)]) scores[size_t(s * T + t)] = NEG_INF;
+        }
+
+        const int64_t k = std::min<int64_t>(c_.index_topk, T);
+        sh.has_topk = true;
+        sh.topk.assign(size_t(S), {});
+        for (int64_t s = 0; s < S; s++)
+            for (int64_t t : top_indices(scores.data() + s * T, T, k)) sh.topk[size_t(s)].push_back(int32_t(t));
+    }
+
+    // The indices of the k largest finite-or-+inf values (those above -inf), ties to the lower
+    // index. transformers drops -inf picks (spec 4.6 item 7), and so do we.
+    static std::vector<int64_t> top_indices(const float *v, int64_t n, int64_t k) {
+        std::vector<int64_t> idx(n);
+        std::iota(idx.begin(), idx.end(), 0);
+        std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return v[a] > v[b]; });
+        idx.resize(size_t(std::min(k, n)));
+        idx.erase(std::remove_if(idx.begin(), idx.end(), [&](int64_t i) { return v[i] == NEG_INF; }), idx.end());
+        return idx;
+    }
+
+    void attention(const layer_weights &L, int layer, sequence_state &st, const float *x, int64_t p0, int64_t S,
+                   shared_state &sh, float *out) const {
+        const int64_t D = c_.dim, H = c_.n_heads, hd = c_.head_dim, W = c_.window;
+        const rope_table &rt = rope_for(layer);
+        std::vector<int64_t> pos(S), hpos(S * H);
+        for (int64_t s = 0; s < S; s++) {
+            pos[size_t(s)] = p0 + s;
+            for (int64_t h = 0; h < H; h++) hpos[size_t(s * H + h)] = p0 + s;
+        }
+
+        std::vector<float> qr(S * c_.q_lora_rank), q(S * H * hd), kv(S * hd);
+        cpu::matmul_nt(x, L.wq_a.f(), qr.data(), S, c_.q_lora_rank, D);
+        cpu::rms_norm(qr.data(), L.q_norm.f(), qr.data(), S, c_.q_lora_rank, c_.norm_eps);
+        cpu::matmul_nt(qr.data(), L.wq_b.f(), q.data(), S, H * hd, c_.q_lora_rank);
+        rope_rows(q.data(), S * H, hd, hpos.data(), rt, false);
+        cpu::matmul_nt(x, L.wkv.f(), kv.data(), S, hd, D);
+        cpu::rms_norm(kv.data(), L.kv_norm.f(), kv.data(), S, hd, c_.norm_eps);
+        rope_rows(kv.data(), S, hd, pos.data(), rt, false);
+        if (hd % 32 == 0) cpu::fake_quant_fp8_ue8m0(kv.data(), S, hd, 32);  // window-KV cache QAT
+
+        // Window keys: ring rows older than this chunk, then the chunk's own rows.
+        std::vector<const float *> wkeys;
+        std::vector<int64_t> wpos;
+        auto &ring = st.ring[size_t(layer)];
+        auto &rpos = st.ring_pos[size_t(layer)];
+        for (int64_t slot = 0; slot < W; slot++)
+            if (rpos[size_t(slot)] >= 0 && rpos[size_t(slot)] < p0) {
+                wkeys.push_back(ring.data() + slot * hd);
+                wpos.push_back(rpos[size_t(slot)]);
+            }
+        for (int64_t s = 0; s < S; s++) {
+            wkeys.push_back(kv.data() + s * hd);
+            wpos.push_back(p0 + s);
+        }
+
+        // Compressed branch.
+        const float *centries = nullptr;
+        if (c_.ratio(layer) > 0) {
+            source_state &src = st.sources.at(c_.kv_source_for(layer));
+            std::vector<float> latent;
+            int64_t first_pos = 0, n_latent = 0;
+            if (c_.is_kv_source(layer)) {
+                latent = compress(L, layer, src, x, S, &first_pos);
+                n_latent = int64_t(latent.size()) / hd;
+            }
+            if (c_.is_index_source(layer)) indexer(L, layer, st, x, qr.data(), latent, n_latent, first_pos, p0, S, sh);
+            if (n_latent > 0) {
+                std::vector<int64_t> lpos(n_latent);
+                for (int64_t g = 0; g < n_latent; g++) lpos[size_t(g)] = first_pos + c_.ratio(layer) * g;
+                rope_rows(latent.data(), n_latent, hd, lpos.data(), rope_compress_, false);
+                if (hd % 16 == 0) cpu::fake_quant_fp4_e4m3(latent.data(), n_latent, hd, 16);
+                src.entries.insert(src.entries.end(), latent.begin(), latent.end());
+                src.n_entries += n_latent;
+            }
+            if (src.n_entries > 0) centries = src.entries.data();
+        }
+
+        // Sparse attention with a per-head sink in the denominator (spec 3, sparse_attn).
+        std::vector<float> o(S * H * hd);
+        const float scale = 1.0f / std::sqrt(float(hd));
+        const float *sink = L.attn_sink.f();
+        parallel_for(S * H, [&](int64_t r0, int64_t r1) {
+            std::vector<const float *> keys;
+            std::vector<float> sc;
+            for (int64_t r = r0; r < r1; r++) {
+                const int64_t s = r / H, h = r % H, p = p0 + s;
+                keys.clear();
+                for (size_t i = 0; i < wkeys.size(); i++)
+                    if (wpos[i] <= p && wpos[i] > p - W) keys.push_back(wkeys[i]);
+                if (centries && sh.has_topk)
+                    for (int32_t e : sh.topk[size_t(s)]) keys.push_back(centries + e * hd);
+                const float *qh = q.data() + r * hd;
+                sc.resize(keys.size());
+                float mx = sink[h];
+                for (size_t i = 0; i < keys.size(); i++) {
+                    float dot = 0;
+                    for (int64_t d = 0; d < hd; d++) dot += qh[d] * keys[i][d];
+                    sc[i] = dot * scale;
+                    mx = std::max(mx, sc[i]);
+                }
+                float den = std::exp(sink[h] - mx);
+                for (size_t i = 0; i < keys.size(); i++) den += (sc[i] = std::exp(sc[i] - mx));
+                float *oh = o.data() + r * hd;
+                std::fill(oh, oh + hd, 0.0f);
+                for (size_t i = 0; i < keys.size(); i++) {
+                    const float p_i = sc[i] / den;
+                    for (int64_t d = 0; d < hd; d++) oh[d] += p_i * keys[i][d];
+                }
+            }
+        });
+
+        // Remember the window (after attention: the chunk's own rows were already visible).
+        for (int64_t s = 0; s < S; s++) {
+            const int64_t slot = (p0 + s) % W;
+            std::copy(kv.data() + s * hd, kv.data() + (s + 1) * hd, ring.data() + slot * hd);
+            rpos[size_t(slot)] = p0 + s;
+        }
+
+        // Inverse RoPE at the query position, then the grouped output projection.
+        rope_rows(o.data(), S * H, hd, hpos.data(), rt, true);
+        const int64_t G = c_.o_groups, gin = H * hd / G, R = c_.o_lora_rank;
+        std::vector<float> z(S * G * R), og(S * gin), zg(S * R);
+        for (int64_t g = 0; g < G; g++) {
+            for (int64_t s = 0; s < S; s++)
+                std::copy(o.data() + s * H * hd + g * gin, o.data() + s * H * hd + (g + 1) * gin, og.data() + s * gin);
+            cpu::matmul_nt(og.data(), L.wo_a.f() + g * R * gin, zg.data(), S, R, gin);
+            for (int64_t s = 0; s < S; s++) std::copy(zg.data() + s * R, zg.data() + (s + 1) * R, z.data() + s * G * R + g * R);
+        }
+        cpu::matmul_nt(z.data(), L.wo_b.f(), out, S, D, G * R);
+    }
+
+    // ---- MoE (spec 4.10) ----------------------------------------------------------------------
+    // One SwiGLU expert on n rows: y = w2(weight * silu(min(w1 x, L)) * clamp(w3 x, -L, L)).
+    void expert(const Tensor &w1, const Tensor &w2, const Tensor &w3, const float *x, int64_t n,
+                const float *row_weight, float *y) const {
+        const int64_t D = c_.dim, I = w1.dim(0);
+        std::vector<float> g(n * I), u(n * I);
+        cpu::matmul_nt(x, w1.f(), g.data(), n, I, D);
+        cpu::matmul_nt(x, w3.f(), u.data(), n, I, D);
+        const float lim = c_.swiglu_limit;
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t i = 0; i < I; i++) {
+                float gv = g[size_t(r * I + i)], uv = u[size_t(r * I + i)];
+                if (lim > 0) {
+                    uv = std::clamp(uv, -lim, lim);
+                    gv = std::min(gv, lim);
+                }
+                float h = cpu::silu(gv) * uv;
+                if (row_weight) h = row_weight[r] * h;
+                g[size_t(r * I + i)] = h;
+            }
+        cpu::matmul_nt(g.data(), w2.f(), y, n, D, I);
+    }
+
+    void moe(const layer_weights &L, const float *x, int64_t S, float *out) const {
+        const int64_t D = c_.dim, E = c_.n_routed_experts, K = c_.n_activated_experts;
+        std::vector<float> logits(S * E);
+        cpu::matmul_nt(x, L.gate_w.f(), logits.data(), S, E, D);
+        std::vector<std::vector<std::pair<int64_t, float>>> by_expert(E);  // (row, weight)
+        const float *bias = L.gate_bias.f();
+        for (int64_t s = 0; s < S; s++) {
+            std::vector<float> score(E), biased(E);
+            for (int64_t e = 0; e < E; e++) {
+                float v = logits[size_t(s * E + e)] / c_.gate_temp;
+                float sp = v > 20.0f ? v : std::log1p(std::exp(v));  // torch softplus threshold
+                score[size_t(e)] = std::sqrt(sp);
+                biased[size_t(e)] = score[size_t(e)] + bias[e];
+            }
+            std::vector<int64_t> sel = top_indices(biased.data(), E, K);
+            float sum = 0;
+            for (int64_t e : sel) sum += score[size_t(e)];
+            for (int64_t e : sel) {
+                float wgt = score[size_t(e)];
+                if (c_.norm_topk_prob && K > 1) wgt = wgt / (sum + 1e-20f);
+                by_expert[size_t(e)].push_back({s, wgt * c_.route_scale});
+            }
+        }
+        // fp32 accumulator; routed experts added in increasing expert id, then the shared one.
+        std::vector<float> acc(S * D, 0.0f);
+        for (int64_t e = 0; e < E; e++) {
+            const auto &rows = by_expert[size_t(e)];
+            if (rows.empty()) continue;
+            const int64_t n = int64_t(rows.size());
+            std::vector<float> xe(n * D), ye(n * D), we(n);
+            for (int64_t i = 0; i < n; i++) {
+                std::copy(x + rows[size_t(i)].first * D, x + (rows[size_t(i)].first + 1) * D, xe.data() + i * D);
+                we[size_t(i)] = rows[size_t(i)].second;
+            }
+            expert(L.w1[size_t(e)], L.w2[size_t(e)], L.w3[size_t(e)], xe.data(), n, we.data(), ye.data());
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t d = 0; d < D; d++) acc[size_t(rows[size_t(i)].first * D + d)] += ye[size_t(i * D + d)];
+        }
+        std::vector<float> sh(S * D);
+        expert(L.sw1, L.sw2, L.sw3, x, S, nullptr, sh.data());
+        for (int64_t i = 0; i < S * D; i++) out[i] = acc[size_t(i)] + sh[size_t(i)];
+    }
+
+    // ---- one sequence chunk through the whole model (spec 4.1) ---------------------------------
+    void forward(sequence_state &st, const std::vector<int32_t> &tokens, float *logits) const {
+        const int64_t S = int64_t(tokens.size()), D = c_.dim, p0 = st.len;
+        const int hc = c_.hc_mult;
+        if (has_engram_)
+            for (int32_t t : tokens) st.engram_history.push_back(hasher_.compressed(t));
+
+        std::vector<float> X(S * hc * D);  // residual streams [S, hc, D]
+        for (int64_t s = 0; s < S; s++)
+            for (int j = 0; j < hc; j++)
+                std::copy(w_.embed.f() + int64_t(tokens[size_t(s)]) * D, w_.embed.f() + (int64_t(tokens[size_t(s)]) + 1) * D,
+                          X.data() + (s * hc + j) * D);
+        std::vector<float> pre_mix(S * hc, 0.0f);  // one-hot: the first site reads stream 0
+        for (int64_t s = 0; s < S; s++) pre_mix[size_t(s * hc)] = 1.0f;
+
+        shared_state sh;
+        std::vector<float> x(S * D), y(S * D);
+        int engram_k = 0;
+        for (int l = 0; l < c_.n_layers; l++) {
+            const layer_weights &L = w_.layers[size_t(l)];
+            if (c_.has_engram(l)) engram(L, engram_k++, st, p0, S, X);
+
+            mixes am = hc_mixes(X, S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base);
+            hc_collapse(X, pre_mix, S, x.data());
+            cpu::rms_norm(x.data(), L.attn_norm.f(), x.data(), S, D, c_.norm_eps);
+            attention(L, l, st, x.data(), p0, S, sh, y.data());
+            hc_expand(X, y.data(), am, S);
+
+            mixes fm = hc_mixes(X, S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base);
+            hc_collapse(X, am.pre, S, x.data());
+            cpu::rms_norm(x.data(), L.ffn_norm.f(), x.data(), S, D, c_.norm_eps);
+            moe(L, x.data(), S, y.data());
+            hc_expand(X, y.data(), fm, S);
+            pre_mix = std::move(fm.pre);
+        }
+        hc_collapse(X, pre_mix, S, x.data());
+        cpu::rms_norm(x.data(), w_.norm.f(), x.data(), S, D, c_.norm_eps);
+        cpu::matmul_nt(x.data(), w_.head.f(), logits, S, c_.vocab_size, D);
+        st.len += S;
+    }
+
+    model::model_config c_;
+    model_weights w_;
+    engram_hasher hasher_;
+    bool has_engram_;
+    engine_options opt_;
+    rope_table rope_main_, rope_compress_;
+    std::map<seq_id, sequence_state> seqs_;
+    seq_id next_id_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<engine>> make_v41_engine(const model::model_config &c, const weight_source &w,
+                                                const engram_tables &tables, const engine_options &opt) {
+    model_weights mw;
+    DS41RT_RETURN_IF_ERROR(load_weights(c, w, &mw));
+    engram_hasher h;
+    const bool has_engram = !c.engram_layer_ids.empty();
+    if (has_engram) {
+        auto r = engram_hasher::make(c, tables.token_map, tables.multipliers);
+        if (!r) return r.status();
+        h = std::move(r.value());
+    }
+    return std::unique_ptr<engine>(new v41_engine(c, std::move(mw), std::move(h), has_engram, opt));
+}
+
+}  // namespace ds41rt::engine
