@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "engine/v41_model.h"
+#include "engine/v4_model.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
 
@@ -55,7 +56,7 @@ Result<std::unique_ptr<engine>> engine::open(const std::string &dir, const engin
         return make_v41_engine(c, src, tables, opt);
     }
     case model::arch::V4:
-        return Status::not_supported("deepseek_v4: forward pass not wired yet");
+        return make_v4_engine(c, src, opt);
     }
     return Status::internal("unknown architecture");
 }

@@ -23,6 +23,7 @@
 #include "core/threads.h"
 #include "engine/engram_hash.h"
 #include "engine/rope.h"
+#include "engine/topk.h"
 
 namespace ds41rt::engine {
 
@@ -266,6 +267,7 @@ private:
                     for (int j = 0; j < hc; j++) acc += C[j * hc + k] * res[size_t(j * D + d)];
                     Xs[k * D + d] = mx.post[size_t(s * hc + k)] * y[s * D + d] + acc;
                 }
+            rb(Xs, hc * D);
         }
     }
 
@@ -283,7 +285,7 @@ private:
                 std::copy(src, src + ehd, rows.data() + s * in_w + col * ehd);
             }
         }
-        cpu::matmul_nt(rows.data(), L.e_wkv.f(), kv.data(), S, out_w, in_w);
+        linear(rows.data(), L.e_wkv, kv.data(), S, out_w, in_w, lin::FP8);
         const float *q = L.e_q.f(), *kw = L.e_k.f();
         const float eps = c_.norm_eps;
         for (int64_t s = 0; s < S; s++) {
@@ -303,6 +305,7 @@ private:
                 dot = dot * rstd * (1.0f / std::sqrt(float(D)));
                 float g = cpu::sigmoid(std::copysign(std::sqrt(std::max(std::fabs(dot), 1e-6f)), dot));
                 for (int64_t d = 0; d < D; d++) h[d] = h[d] + g * value[d];
+                rb(h, D);
             }
         }
     }
@@ -315,6 +318,38 @@ private:
         std::vector<float> cs(n * t.n_pairs), sn(n * t.n_pairs);
         t.eval(pos, n, cs.data(), sn.data());
         cpu::rope_tail(x, n, dim, cs.data(), sn.data(), t.n_pairs, inverse);
+        rb(x, n * dim);
+    }
+
+    // ---- numerics ----------------------------------------------------------------------------
+    // OFFICIAL rounds to bf16 where DeepSeek's reference does (its default dtype is bf16) and
+    // quantizes activations per 32 channels to FP8 before FP8/FP4 matmuls; TRANSFORMERS (fp32)
+    // does neither. Every call site names its linear's class from the spec (section 3).
+    enum class lin { FP8, FP4, BF16, F32 };
+
+    void rb(float *p, int64_t n) const {
+        if (official_)
+            for (int64_t i = 0; i < n; i++) p[i] = round_bf16(p[i]);
+    }
+
+    // y[m, n] = x[m, k] . w[n, k]^T with the numerics of the weight's class.
+    void linear(const float *x, const Tensor &w, float *y, int64_t m, int64_t n, int64_t k, lin kind) const {
+        linear(x, w.f(), y, m, n, k, kind);
+    }
+    void linear(const float *x, const float *w, float *y, int64_t m, int64_t n, int64_t k, lin kind) const {
+        if (official_ && (kind == lin::FP8 || kind == lin::FP4)) {
+            std::vector<float> xq(x, x + m * k);
+            cpu::fake_quant_fp8_ue8m0(xq.data(), m, k, c_.fp8_block_in);
+            cpu::matmul_nt(xq.data(), w, y, m, n, k);
+        } else {
+            cpu::matmul_nt(x, w, y, m, n, k);
+        }
+        if (kind != lin::F32) rb(y, m * n);
+    }
+
+    void norm(float *x, const Tensor &w, int64_t rows, int64_t dim) const {
+        cpu::rms_norm(x, w.f(), x, rows, dim, c_.norm_eps);
+        rb(x, rows * dim);
     }
 
     // The compressor of a KV source (spec 4.4): returns the pre-RoPE latents of the groups that
@@ -325,13 +360,14 @@ private:
         const int64_t D = c_.dim, hd = c_.head_dim;
         *first_pos = src.n_entries * ratio;
         std::vector<float> kv(S * hd);
-        cpu::matmul_nt(x, L.c_wkv.f(), kv.data(), S, hd, D);
-        if (ratio == 1) {
-            cpu::rms_norm(kv.data(), L.c_norm.f(), kv.data(), S, hd, c_.norm_eps);
+        if (ratio == 1) {  // bf16 projection, no pooling
+            linear(x, L.c_wkv, kv.data(), S, hd, D, lin::BF16);
+            norm(kv.data(), L.c_norm, S, hd);
             return kv;
         }
+        linear(x, L.c_wkv, kv.data(), S, hd, D, lin::F32);  // ratio 2 pools in fp32
         std::vector<float> gate(S * hd);
-        cpu::matmul_nt(x, L.c_wgate.f(), gate.data(), S, hd, D);
+        linear(x, L.c_wgate, gate.data(), S, hd, D, lin::F32);
         src.buf_kv.insert(src.buf_kv.end(), kv.begin(), kv.end());
         src.buf_gate.insert(src.buf_gate.end(), gate.begin(), gate.end());
         src.n_buf += S;
@@ -357,7 +393,8 @@ private:
         src.buf_kv.erase(src.buf_kv.begin(), src.buf_kv.begin() + long(used));
         src.buf_gate.erase(src.buf_gate.begin(), src.buf_gate.begin() + long(used));
         src.n_buf -= groups * ratio;
-        cpu::rms_norm(latent.data(), L.c_norm.f(), latent.data(), groups, hd, c_.norm_eps);
+        rb(latent.data(), groups * hd);
+        norm(latent.data(), L.c_norm, groups, hd);
         return latent;
     }
 
@@ -371,8 +408,8 @@ private:
         source_state &src = st.sources.at(c_.kv_source_for(layer));
         if (c_.is_kv_source(layer) && n_latent > 0) {
             std::vector<float> k(n_latent * ihd);
-            cpu::matmul_nt(latent.data(), L.i_wk.f(), k.data(), n_latent, ihd, hd);
-            cpu::rms_norm(k.data(), L.i_k_norm.f(), k.data(), n_latent, ihd, c_.norm_eps);
+            linear(latent.data(), L.i_wk, k.data(), n_latent, ihd, hd, lin::BF16);
+            norm(k.data(), L.i_k_norm, n_latent, ihd);
             std::vector<int64_t> pos(n_latent);
             for (int64_t g = 0; g < n_latent; g++) pos[size_t(g)] = first_pos + ratio * g;
             rope_rows(k.data(), n_latent, ihd, pos.data(), rope_compress_, false);
@@ -383,13 +420,13 @@ private:
         if (T == 0) return;  // nothing to select yet; earlier selections stay published
 
         std::vector<float> q(S * ih * ihd), w(S * ih);
-        cpu::matmul_nt(qr, L.i_wq_b.f(), q.data(), S, ih * ihd, c_.q_lora_rank);
+        linear(qr, L.i_wq_b, q.data(), S, ih * ihd, c_.q_lora_rank, lin::FP8);
         std::vector<int64_t> qpos(S * ih);
         for (int64_t s = 0; s < S; s++)
             for (int64_t h = 0; h < ih; h++) qpos[size_t(s * ih + h)] = p0 + s;
         rope_rows(q.data(), S * ih, ihd, qpos.data(), rope_compress_, false);
         if (ihd % 32 == 0) cpu::fake_quant_fp4_ue8m0(q.data(), S * ih, ihd, 32);
-        cpu::matmul_nt(x, L.i_weights_proj.f(), w.data(), S, ih, c_.dim);
+        linear(x, L.i_weights_proj, w.data(), S, ih, c_.dim, lin::BF16);
         const float qk_scale = 1.0f / std::sqrt(float(ihd)), head_scale = 1.0f / std::sqrt(float(ih));
 
         std::vector<float> scores(S * T);
@@ -407,9 +444,16 @@ private:
                         const float *qh = q.data() + (s * ih + h) * ihd;
                         float dot = 0;
                         for (int64_t d = 0; d < ihd; d++) dot += qh[d] * kt[d];
-                        acc += std::max(dot, 0.0f) * qk_scale * (w[size_t(s * ih + h)] * head_scale);
+                        if (official_) {
+                            // The reference's bf16 einsum, relu, weight product and head sum, with
+                            // both scales folded into the weights (spec 4.6 item 4).
+                            float wh = round_bf16(w[size_t(s * ih + h)] * (qk_scale * head_scale));
+                            acc += round_bf16(std::max(round_bf16(dot), 0.0f) * wh);
+                        } else {
+                            acc += std::max(dot, 0.0f) * qk_scale * (w[size_t(s * ih + h)] * head_scale);
+                        }
                     }
-                    scores[size_t(s * T + t)] = acc;
+                    scores[size_t(s * T + t)] = official_ ? round_bf16(acc) : acc;
                 }
             }
         });
@@ -442,17 +486,6 @@ private:
             for (int64_t t : top_indices(scores.data() + s * T, T, k)) sh.topk[size_t(s)].push_back(int32_t(t));
     }
 
-    // The indices of the k largest finite-or-+inf values (those above -inf), ties to the lower
-    // index. transformers drops -inf picks (spec 4.6 item 7), and so do we.
-    static std::vector<int64_t> top_indices(const float *v, int64_t n, int64_t k) {
-        std::vector<int64_t> idx(n);
-        std::iota(idx.begin(), idx.end(), 0);
-        std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return v[a] > v[b]; });
-        idx.resize(size_t(std::min(k, n)));
-        idx.erase(std::remove_if(idx.begin(), idx.end(), [&](int64_t i) { return v[i] == NEG_INF; }), idx.end());
-        return idx;
-    }
-
     void attention(const layer_weights &L, int layer, sequence_state &st, const float *x, int64_t p0, int64_t S,
                    shared_state &sh, float *out) const {
         const int64_t D = c_.dim, H = c_.n_heads, hd = c_.head_dim, W = c_.window;
@@ -464,12 +497,12 @@ private:
         }
 
         std::vector<float> qr(S * c_.q_lora_rank), q(S * H * hd), kv(S * hd);
-        cpu::matmul_nt(x, L.wq_a.f(), qr.data(), S, c_.q_lora_rank, D);
-        cpu::rms_norm(qr.data(), L.q_norm.f(), qr.data(), S, c_.q_lora_rank, c_.norm_eps);
-        cpu::matmul_nt(qr.data(), L.wq_b.f(), q.data(), S, H * hd, c_.q_lora_rank);
+        linear(x, L.wq_a, qr.data(), S, c_.q_lora_rank, D, lin::FP8);
+        norm(qr.data(), L.q_norm, S, c_.q_lora_rank);
+        linear(qr.data(), L.wq_b, q.data(), S, H * hd, c_.q_lora_rank, lin::FP8);
         rope_rows(q.data(), S * H, hd, hpos.data(), rt, false);
-        cpu::matmul_nt(x, L.wkv.f(), kv.data(), S, hd, D);
-        cpu::rms_norm(kv.data(), L.kv_norm.f(), kv.data(), S, hd, c_.norm_eps);
+        linear(x, L.wkv, kv.data(), S, hd, D, lin::FP8);
+        norm(kv.data(), L.kv_norm, S, hd);
         rope_rows(kv.data(), S, hd, pos.data(), rt, false);
         if (hd % 32 == 0) cpu::fake_quant_fp8_ue8m0(kv.data(), S, hd, 32);  // window-KV cache QAT
 
@@ -538,9 +571,13 @@ private:
                 float *oh = o.data() + r * hd;
                 std::fill(oh, oh + hd, 0.0f);
                 for (size_t i = 0; i < keys.size(); i++) {
-                    const float p_i = sc[i] / den;
+                    // OFFICIAL: the kernel multiplies V by the unnormalized exp cast to bf16 and
+                    // divides by the fp32 denominator afterwards.
+                    const float p_i = official_ ? round_bf16(sc[i]) : sc[i] / den;
                     for (int64_t d = 0; d < hd; d++) oh[d] += p_i * keys[i][d];
                 }
+                if (official_)
+                    for (int64_t d = 0; d < hd; d++) oh[d] = round_bf16(oh[d] / den);
             }
         });
 
@@ -558,20 +595,20 @@ private:
         for (int64_t g = 0; g < G; g++) {
             for (int64_t s = 0; s < S; s++)
                 std::copy(o.data() + s * H * hd + g * gin, o.data() + s * H * hd + (g + 1) * gin, og.data() + s * gin);
-            cpu::matmul_nt(og.data(), L.wo_a.f() + g * R * gin, zg.data(), S, R, gin);
+            linear(og.data(), L.wo_a.f() + g * R * gin, zg.data(), S, R, gin, lin::BF16);
             for (int64_t s = 0; s < S; s++) std::copy(zg.data() + s * R, zg.data() + (s + 1) * R, z.data() + s * G * R + g * R);
         }
-        cpu::matmul_nt(z.data(), L.wo_b.f(), out, S, D, G * R);
+        linear(z.data(), L.wo_b, out, S, D, G * R, lin::FP8);
     }
 
     // ---- MoE (spec 4.10) ----------------------------------------------------------------------
     // One SwiGLU expert on n rows: y = w2(weight * silu(min(w1 x, L)) * clamp(w3 x, -L, L)).
     void expert(const Tensor &w1, const Tensor &w2, const Tensor &w3, const float *x, int64_t n,
-                const float *row_weight, float *y) const {
+                const float *row_weight, float *y, lin kind) const {
         const int64_t D = c_.dim, I = w1.dim(0);
         std::vector<float> g(n * I), u(n * I);
-        cpu::matmul_nt(x, w1.f(), g.data(), n, I, D);
-        cpu::matmul_nt(x, w3.f(), u.data(), n, I, D);
+        linear(x, w1, g.data(), n, I, D, kind);
+        linear(x, w3, u.data(), n, I, D, kind);
         const float lim = c_.swiglu_limit;
         for (int64_t r = 0; r < n; r++)
             for (int64_t i = 0; i < I; i++) {
@@ -584,7 +621,8 @@ private:
                 if (row_weight) h = row_weight[r] * h;
                 g[size_t(r * I + i)] = h;
             }
-        cpu::matmul_nt(g.data(), w2.f(), y, n, D, I);
+        rb(g.data(), n * I);
+        linear(g.data(), w2, y, n, D, I, kind);
     }
 
     void moe(const layer_weights &L, const float *x, int64_t S, float *out) const {
@@ -621,13 +659,14 @@ private:
                 std::copy(x + rows[size_t(i)].first * D, x + (rows[size_t(i)].first + 1) * D, xe.data() + i * D);
                 we[size_t(i)] = rows[size_t(i)].second;
             }
-            expert(L.w1[size_t(e)], L.w2[size_t(e)], L.w3[size_t(e)], xe.data(), n, we.data(), ye.data());
+            expert(L.w1[size_t(e)], L.w2[size_t(e)], L.w3[size_t(e)], xe.data(), n, we.data(), ye.data(), lin::FP4);
             for (int64_t i = 0; i < n; i++)
                 for (int64_t d = 0; d < D; d++) acc[size_t(rows[size_t(i)].first * D + d)] += ye[size_t(i * D + d)];
         }
         std::vector<float> sh(S * D);
-        expert(L.sw1, L.sw2, L.sw3, x, S, nullptr, sh.data());
+        expert(L.sw1, L.sw2, L.sw3, x, S, nullptr, sh.data(), lin::FP8);
         for (int64_t i = 0; i < S * D; i++) out[i] = acc[size_t(i)] + sh[size_t(i)];
+        rb(out, S * D);
     }
 
     // ---- one sequence chunk through the whole model (spec 4.1) ---------------------------------
@@ -654,19 +693,22 @@ private:
 
             mixes am = hc_mixes(X, S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base);
             hc_collapse(X, pre_mix, S, x.data());
-            cpu::rms_norm(x.data(), L.attn_norm.f(), x.data(), S, D, c_.norm_eps);
+            rb(x.data(), S * D);
+            norm(x.data(), L.attn_norm, S, D);
             attention(L, l, st, x.data(), p0, S, sh, y.data());
             hc_expand(X, y.data(), am, S);
 
             mixes fm = hc_mixes(X, S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base);
             hc_collapse(X, am.pre, S, x.data());
-            cpu::rms_norm(x.data(), L.ffn_norm.f(), x.data(), S, D, c_.norm_eps);
+            rb(x.data(), S * D);
+            norm(x.data(), L.ffn_norm, S, D);
             moe(L, x.data(), S, y.data());
             hc_expand(X, y.data(), fm, S);
             pre_mix = std::move(fm.pre);
         }
         hc_collapse(X, pre_mix, S, x.data());
-        cpu::rms_norm(x.data(), w_.norm.f(), x.data(), S, D, c_.norm_eps);
+        rb(x.data(), S * D);
+        norm(x.data(), w_.norm, S, D);
         cpu::matmul_nt(x.data(), w_.head.f(), logits, S, c_.vocab_size, D);
         st.len += S;
     }
@@ -676,6 +718,7 @@ private:
     engram_hasher hasher_;
     bool has_engram_;
     engine_options opt_;
+    bool official_ = opt_.mode == numerics::OFFICIAL;
     rope_table rope_main_, rope_compress_;
     std::map<seq_id, sequence_state> seqs_;
     seq_id next_id_ = 0;

@@ -1,0 +1,717 @@
+// DeepSeek V4 Flash: the text forward pass on the CPU reference ops.
+//
+// Layout of this file, in the order a token meets it: weights, per-sequence state, mHC (hc_pre /
+// hc_post with Sinkhorn, hc_head), attention (window, compressors, lightning indexer, sparse
+// attention with sink, grouped output), MoE (hash / learned routing), and the step driver.
+// Formulas cite shared/specs/deepseek-v4-flash.md; the numerics are those of HF transformers'
+// deepseek_v4 (transformers 5.24.0, modeling_deepseek_v4.py), the oracle of the TRANSFORMERS
+// mode. Every place where transformers departs from DeepSeek's reference is marked
+// "transformers deviation" with what the reference does instead:
+//   1. no FP8 QAT simulation of the window KV nope dims (spec 3.4) nor of compressed entries (3.5);
+//   2. no Hadamard rotation and no FP4 simulation of indexer queries / keys (3.5, 3.8);
+//   3. the per-head q RMS norm runs in fp32 (the reference computes it in bf16, spec 2.1);
+//   4. routing weights get +1e-20 in the renormalisation denominator (3.9), always renormalised;
+//   5. the routing weight multiplies the expert's w2 OUTPUT (the reference scales before w2, 3.9);
+//   6. the indexer score is relu(q.k) * 1/sqrt(d_I) times (w * 1/sqrt(n_I)), head-summed in fp32.
+// transformers 5.24.0 DOES clamp the shared expert (DeepseekV4MLP clamps gate <= limit and up to
+// [-limit, limit]), in agreement with the spec 3.9; the "unclamped shared expert" of spec 7 /
+// transformers issue #46018 does not apply to this version. We clamp.
+#include "engine/v4_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+
+#include "backend/cpu/ops.h"
+#include "core/threads.h"
+#include "engine/rope.h"
+#include "engine/topk.h"
+
+namespace ds41rt::engine {
+
+namespace cpu = backend::cpu;
+
+namespace {
+
+constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
+
+// ---- weights ------------------------------------------------------------------------------------
+
+struct compressor_weights {
+    Tensor wkv, wgate, ape, norm;  // [c*d, D], [c*d, D], [m, c*d], [d]  (c = 2 with overlap)
+};
+
+struct layer_weights {
+    Tensor attn_norm, ffn_norm;
+    Tensor hc_attn_fn, hc_attn_base, hc_attn_scale, hc_ffn_fn, hc_ffn_base, hc_ffn_scale;
+    Tensor attn_sink, wq_a, q_norm, wq_b, wkv, kv_norm, wo_a, wo_b;
+    compressor_weights comp;        // ratio > 0 (CSA and HCA)
+    compressor_weights icomp;       // CSA: the indexer's own compressor
+    Tensor i_wq_b, i_weights_proj;  // CSA
+    Tensor gate_w, gate_bias;       // gate_bias: learned-routing layers only
+    std::vector<int32_t> tid2eid;   // hash layers: [vocab, n_activated_experts]
+    std::vector<Tensor> w1, w2, w3;
+    Tensor sw1, sw2, sw3;
+};
+
+struct model_weights {
+    Tensor embed, head, norm, hc_head_fn, hc_head_base, hc_head_scale;
+    std::vector<layer_weights> layers;
+};
+
+Status load_weights(const model::model_config &c, const weight_source &src, model_weights *w) {
+    auto get = [&](const std::string &name, Tensor *out) -> Status {
+        auto r = src(name);
+        if (!r) return r.status();
+        *out = std::move(r.value());
+        return Status::ok();
+    };
+    auto expect = [&](const Tensor &t, const std::string &name, std::initializer_list<int64_t> shape) -> Status {
+        if (t.shape() != shape_t(shape))
+            return Status::invalid_argument(name + ": shape " + shape_str(t.shape()) + ", expected " +
+                                            shape_str(shape_t(shape)));
+        return Status::ok();
+    };
+    const int64_t D = c.dim, hc = c.hc_mult;
+    DS41RT_RETURN_IF_ERROR(get("embed.weight", &w->embed));
+    DS41RT_RETURN_IF_ERROR(get("head.weight", &w->head));
+    DS41RT_RETURN_IF_ERROR(get("norm.weight", &w->norm));
+    DS41RT_RETURN_IF_ERROR(get("hc_head_fn", &w->hc_head_fn));
+    DS41RT_RETURN_IF_ERROR(get("hc_head_base", &w->hc_head_base));
+    DS41RT_RETURN_IF_ERROR(get("hc_head_scale", &w->hc_head_scale));
+    DS41RT_RETURN_IF_ERROR(expect(w->embed, "embed.weight", {c.vocab_size, D}));
+    DS41RT_RETURN_IF_ERROR(expect(w->head, "head.weight", {c.vocab_size, D}));
+    DS41RT_RETURN_IF_ERROR(expect(w->hc_head_fn, "hc_head_fn", {hc, hc * D}));
+    w->layers.resize(size_t(c.n_layers));
+    for (int l = 0; l < c.n_layers; l++) {
+        layer_weights &L = w->layers[size_t(l)];
+        const std::string p = "layers." + std::to_string(l) + ".";
+        const std::pair<const char *, Tensor *> common[] = {
+            {"attn_norm.weight", &L.attn_norm}, {"ffn_norm.weight", &L.ffn_norm},
+            {"hc_attn_fn", &L.hc_attn_fn},      {"hc_attn_base", &L.hc_attn_base},
+            {"hc_attn_scale", &L.hc_attn_scale}, {"hc_ffn_fn", &L.hc_ffn_fn},
+            {"hc_ffn_base", &L.hc_ffn_base},    {"hc_ffn_scale", &L.hc_ffn_scale},
+            {"attn.attn_sink", &L.attn_sink},   {"attn.wq_a.weight", &L.wq_a},
+            {"attn.q_norm.weight", &L.q_norm},  {"attn.wq_b.weight", &L.wq_b},
+            {"attn.wkv.weight", &L.wkv},        {"attn.kv_norm.weight", &L.kv_norm},
+            {"attn.wo_a.weight", &L.wo_a},      {"attn.wo_b.weight", &L.wo_b},
+            {"ffn.gate.weight", &L.gate_w},
+        };
+        for (auto &[name, t] : common) DS41RT_RETURN_IF_ERROR(get(p + name, t));
+        auto load_comp = [&](const std::string &cp, compressor_weights *cw) -> Status {
+            DS41RT_RETURN_IF_ERROR(get(cp + "wkv.weight", &cw->wkv));
+            DS41RT_RETURN_IF_ERROR(get(cp + "wgate.weight", &cw->wgate));
+            DS41RT_RETURN_IF_ERROR(get(cp + "ape", &cw->ape));
+            DS41RT_RETURN_IF_ERROR(get(cp + "norm.weight", &cw->norm));
+            return Status::ok();
+        };
+        if (c.ratio(l) > 0) {
+            DS41RT_RETURN_IF_ERROR(load_comp(p + "attn.compressor.", &L.comp));
+            const int64_t cd = (c.is_index_source(l) ? 2 : 1) * int64_t(c.head_dim);
+            DS41RT_RETURN_IF_ERROR(expect(L.comp.wkv, p + "attn.compressor.wkv.weight", {cd, D}));
+            DS41RT_RETURN_IF_ERROR(expect(L.comp.ape, p + "attn.compressor.ape", {int64_t(c.ratio(l)), cd}));
+        }
+        if (c.is_index_source(l)) {
+            DS41RT_RETURN_IF_ERROR(load_comp(p + "attn.indexer.compressor.", &L.icomp));
+            DS41RT_RETURN_IF_ERROR(get(p + "attn.indexer.wq_b.weight", &L.i_wq_b));
+            DS41RT_RETURN_IF_ERROR(get(p + "attn.indexer.weights_proj.weight", &L.i_weights_proj));
+            DS41RT_RETURN_IF_ERROR(expect(L.icomp.wkv, p + "attn.indexer.compressor.wkv.weight",
+                                          {2 * int64_t(c.index_head_dim), D}));
+        }
+        if (l < c.n_hash_layers) {
+            Tensor t;
+            DS41RT_RETURN_IF_ERROR(get(p + "ffn.gate.tid2eid", &t));
+            DS41RT_RETURN_IF_ERROR(expect(t, p + "ffn.gate.tid2eid", {c.vocab_size, int64_t(c.n_activated_experts)}));
+            L.tid2eid.resize(size_t(t.numel()));
+            for (int64_t i = 0; i < t.numel(); i++) {
+                const float v = t.f()[i];
+                if (!(v >= 0 && v < float(c.n_routed_experts)) || v != std::floor(v))
+                    return Status::invalid_argument(p + "ffn.gate.tid2eid: entry " + std::to_string(i) +
+                                                    " is not an expert id");
+                L.tid2eid[size_t(i)] = int32_t(v);
+            }
+        } else {
+            DS41RT_RETURN_IF_ERROR(get(p + "ffn.gate.bias", &L.gate_bias));
+        }
+        if (c.n_shared_experts > 0) {
+            DS41RT_RETURN_IF_ERROR(get(p + "ffn.shared_experts.w1.weight", &L.sw1));
+            DS41RT_RETURN_IF_ERROR(get(p + "ffn.shared_experts.w2.weight", &L.sw2));
+            DS41RT_RETURN_IF_ERROR(get(p + "ffn.shared_experts.w3.weight", &L.sw3));
+        }
+        L.w1.resize(size_t(c.n_routed_experts));
+        L.w2.resize(size_t(c.n_routed_experts));
+        L.w3.resize(size_t(c.n_routed_experts));
+        for (int e = 0; e < c.n_routed_experts; e++) {
+            const std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
+            DS41RT_RETURN_IF_ERROR(get(ep + "w1.weight", &L.w1[size_t(e)]));
+            DS41RT_RETURN_IF_ERROR(get(ep + "w2.weight", &L.w2[size_t(e)]));
+            DS41RT_RETURN_IF_ERROR(get(ep + "w3.weight", &L.w3[size_t(e)]));
+        }
+    }
+    return Status::ok();
+}
+
+// ---- per-sequence state (spec 4) ----------------------------------------------------------------
+
+// One compressor's running state. Tokens of the open window wait in buf_* (raw projections,
+// ape not yet added); with overlap, prev_* keeps the Ca half (kv and ape-biased gate) of the
+// last closed window, which the next window's entry pools over (spec 3.5, transformers'
+// overlap_kv / overlap_gate).
+struct comp_state {
+    std::vector<float> buf_kv, buf_gate;  // [n_buf, c*d]
+    int64_t n_buf = 0;
+    bool has_prev = false;
+    std::vector<float> prev_kv, prev_gate;  // [m, d]
+    std::vector<float> entries;             // [n_entries, d]: normed, RoPE'd
+    int64_t n_entries = 0;
+};
+
+struct layer_state {
+    std::vector<float> ring;      // [window, head_dim]
+    std::vector<int64_t> ring_pos;  // [window], -1 = empty
+    comp_state comp, icomp;
+};
+
+struct sequence_state {
+    int64_t len = 0;
+    std::vector<layer_state> layers;
+};
+
+class v4_engine final : public engine {
+public:
+    v4_engine(model::model_config c, model_weights w, engine_options opt)
+        : c_(std::move(c)), w_(std::move(w)), opt_(opt), rope_main_(make_rope_table(c_, false)),
+          rope_compress_(make_rope_table(c_, true)) {}
+
+    const model::model_config &config() const override { return c_; }
+
+    seq_id create_sequence() override {
+        seq_id id = next_id_++;
+        sequence_state s;
+        s.layers.resize(size_t(c_.n_layers));
+        for (auto &ls : s.layers) {
+            ls.ring.assign(size_t(c_.window) * size_t(c_.head_dim), 0.0f);
+            ls.ring_pos.assign(size_t(c_.window), -1);
+        }
+        seqs_[id] = std::move(s);
+        return id;
+    }
+    void free_sequence(seq_id s) override { seqs_.erase(s); }
+    int64_t sequence_length(seq_id s) const override {
+        auto it = seqs_.find(s);
+        return it == seqs_.end() ? -1 : it->second.len;
+    }
+
+    Status step(const std::vector<step_input> &inputs, std::vector<Tensor> *logits) override {
+        logits->clear();
+        for (const auto &in : inputs) {
+            auto it = seqs_.find(in.seq);
+            if (it == seqs_.end()) return Status::invalid_argument("unknown sequence " + std::to_string(in.seq));
+            if (in.tokens.empty()) return Status::invalid_argument("step with no tokens");
+            for (int32_t t : in.tokens)
+                if (t < 0 || t >= c_.vocab_size)
+                    return Status::invalid_argument("token id " + std::to_string(t) + " outside the vocabulary");
+        }
+        // Each sequence runs with its own state, one after the other (transformers' batch rows
+        // are independent; there is no cross-sequence interaction to reproduce).
+        for (const auto &in : inputs) {
+            Tensor out = Tensor::f32({int64_t(in.tokens.size()), c_.vocab_size});
+            forward(seqs_[in.seq], in.tokens, out.f());
+            logits->push_back(std::move(out));
+        }
+        return Status::ok();
+    }
+
+private:
+    // ---- mHC (spec 3.3; transformers DeepseekV4HyperConnection) ---------------------------------
+    struct mixes {
+        std::vector<float> pre, post, comb;  // [S, hc], [S, hc], [S, hc, hc] (comb[j][k])
+    };
+
+    mixes hc_mixes(const std::vector<float> &X, int64_t S, const Tensor &fn, const Tensor &scale,
+                   const Tensor &base) const {
+        const int hc = c_.hc_mult;
+        const int64_t flat = int64_t(hc) * c_.dim, n_mix = int64_t(2 + hc) * hc;
+        std::vector<float> normed(S * flat), m(S * n_mix);
+        // Unweighted RMS norm over the flattened streams with rms_norm_eps, then the projection
+        // (transformers norms first; the reference folds rsqrt in after the GEMV: same math).
+        cpu::rms_norm(X.data(), nullptr, normed.data(), S, flat, c_.norm_eps);
+        cpu::matmul_nt(normed.data(), fn.f(), m.data(), S, n_mix, flat);
+        const float *sc = scale.f(), *b = base.f();
+        mixes r;
+        r.pre.resize(size_t(S * hc));
+        r.post.resize(size_t(S * hc));
+        r.comb.resize(size_t(S * hc * hc));
+        for (int64_t s = 0; s < S; s++) {
+            const float *ms = m.data() + s * n_mix;
+            for (int j = 0; j < hc; j++) {
+                r.pre[size_t(s * hc + j)] = cpu::sigmoid(ms[j] * sc[0] + b[j]) + c_.hc_eps;
+                r.post[size_t(s * hc + j)] = 2.0f * cpu::sigmoid(ms[hc + j] * sc[1] + b[hc + j]);
+            }
+            float *C = r.comb.data() + s * hc * hc;
+            for (int j = 0; j < hc; j++) {  // softmax over k, then + eps
+                float mx = NEG_INF;
+                for (int k = 0; k < hc; k++) {
+                    C[j * hc + k] = ms[2 * hc + j * hc + k] * sc[2] + b[2 * hc + j * hc + k];
+                    mx = std::max(mx, C[j * hc + k]);
+                }
+                float sum = 0;
+                for (int k = 0; k < hc; k++) sum += (C[j * hc + k] = std::exp(C[j * hc + k] - mx));
+                for (int k = 0; k < hc; k++) C[j * hc + k] = C[j * hc + k] / sum + c_.hc_eps;
+            }
+            auto col_norm = [&] {
+                for (int k = 0; k < hc; k++) {
+                    float sum = 0;
+                    for (int j = 0; j < hc; j++) sum += C[j * hc + k];
+                    for (int j = 0; j < hc; j++) C[j * hc + k] /= sum + c_.hc_eps;
+                }
+            };
+            auto row_norm = [&] {
+                for (int j = 0; j < hc; j++) {
+                    float sum = 0;
+                    for (int k = 0; k < hc; k++) sum += C[j * hc + k];
+                    for (int k = 0; k < hc; k++) C[j * hc + k] /= sum + c_.hc_eps;
+                }
+            };
+            col_norm();
+            for (int it = 0; it < c_.hc_sinkhorn_iters - 1; it++) {
+                row_norm();
+                col_norm();
+            }
+        }
+        return r;
+    }
+
+    // hc_pre's collapse: x[s] = sum_j pre[s, j] * X[s, j]
+    void hc_collapse(const std::vector<float> &X, const std::vector<float> &pre, int64_t S, float *x) const {
+        const int hc = c_.hc_mult;
+        const int64_t D = c_.dim;
+        for (int64_t s = 0; s < S; s++)
+            for (int64_t d = 0; d < D; d++) {
+                float acc = 0;
+                for (int j = 0; j < hc; j++) acc += pre[size_t(s * hc + j)] * X[size_t((s * hc + j) * D + d)];
+                x[s * D + d] = acc;
+            }
+    }
+
+    // hc_post: X[s, k] = post[s, k] * y[s] + sum_j comb[s, j, k] * X[s, j]   (C^T: sum over FIRST index)
+    void hc_expand(std::vector<float> &X, const float *y, const mixes &mx, int64_t S) const {
+        const int hc = c_.hc_mult;
+        const int64_t D = c_.dim;
+        std::vector<float> res(hc * D);
+        for (int64_t s = 0; s < S; s++) {
+            float *Xs = X.data() + s * hc * D;
+            std::copy(Xs, Xs + hc * D, res.begin());
+            const float *C = mx.comb.data() + s * hc * hc;
+            for (int k = 0; k < hc; k++)
+                for (int64_t d = 0; d < D; d++) {
+                    float acc = 0;
+                    for (int j = 0; j < hc; j++) acc += C[j * hc + k] * res[size_t(j * D + d)];
+                    Xs[k * D + d] = mx.post[size_t(s * hc + k)] * y[s * D + d] + acc;
+                }
+        }
+    }
+
+    // hc_head (spec 3.10): pre = sigmoid(mix * scale + base) + eps, collapse.
+    void hc_head(const std::vector<float> &X, int64_t S, float *x) const {
+        const int hc = c_.hc_mult;
+        const int64_t flat = int64_t(hc) * c_.dim;
+        std::vector<float> normed(S * flat), m(S * hc), pre(S * hc);
+        cpu::rms_norm(X.data(), nullptr, normed.data(), S, flat, c_.norm_eps);
+        cpu::matmul_nt(normed.data(), w_.hc_head_fn.f(), m.data(), S, hc, flat);
+        const float sc = w_.hc_head_scale.f()[0], *b = w_.hc_head_base.f();
+        for (int64_t s = 0; s < S; s++)
+            for (int j = 0; j < hc; j++)
+                pre[size_t(s * hc + j)] = cpu::sigmoid(m[size_t(s * hc + j)] * sc + b[j]) + c_.hc_eps;
+        hc_collapse(X, pre, S, x);
+    }
+
+    // ---- attention (spec 3.4-3.8) ----------------------------------------------------------------
+    const rope_table &rope_for(int layer) const { return c_.ratio(layer) > 0 ? rope_compress_ : rope_main_; }
+
+    // Rotates the last rope_head_dim channels of n rows of width dim, one position per row.
+    void rope_rows(float *x, int64_t n, int64_t dim, const int64_t *pos, const rope_table &t, bool inverse) const {
+        std::vector<float> cs(n * t.n_pairs), sn(n * t.n_pairs);
+        t.eval(pos, n, cs.data(), sn.data());
+        cpu::rope_tail(x, n, dim, cs.data(), sn.data(), t.n_pairs, inverse);
+    }
+
+    // A compressor (spec 3.5): projects the chunk's tokens, closes every window that completes,
+    // and appends one entry per closed window to st.entries: pooled per channel by a softmax over
+    // the window's tokens of (gate + ape[p mod m]), RMS-normed, RoPE'd at position w*m with the
+    // compress table. With overlap (CSA) the 2m slots are the previous window's Ca half and this
+    // window's Cb half; the first window of a sequence has no previous one (weight 0).
+    // transformers deviation (1)/(2): no FP8 sim of the nope dims (main compressor) and no
+    // Hadamard + FP4 sim (indexer compressor) on the emitted entries.
+    void compress(const compressor_weights &cw, comp_state &st, const float *x, int64_t S, int64_t d, int ratio,
+                  bool overlap) const {
+        const int64_t D = c_.dim, cd = (overlap ? 2 : 1) * d;
+        std::vector<float> kv(S * cd), gate(S * cd);
+        cpu::matmul_nt(x, cw.wkv.f(), kv.data(), S, cd, D);
+        cpu::matmul_nt(x, cw.wgate.f(), gate.data(), S, cd, D);
+        st.buf_kv.insert(st.buf_kv.end(), kv.begin(), kv.end());
+        st.buf_gate.insert(st.buf_gate.end(), gate.begin(), gate.end());
+        st.n_buf += S;
+        const int64_t groups = st.n_buf / ratio;
+        if (groups == 0) return;
+        const float *ape = cw.ape.f();
+        // Add the absolute-position bias: buffered windows start at multiples of m.
+        for (int64_t r = 0; r < groups * ratio; r++)
+            for (int64_t ch = 0; ch < cd; ch++) st.buf_gate[size_t(r * cd + ch)] += ape[(r % ratio) * cd + ch];
+        std::vector<float> latent(groups * d);
+        const int nslots = overlap ? 2 * ratio : ratio;
+        std::vector<const float *> skv(nslots), sgate(nslots);
+        std::vector<float> e(nslots);
+        for (int64_t g = 0; g < groups; g++) {
+            // Slot pointers (each row already offset to its half).
+            int n = 0;
+            if (overlap) {
+                const bool has_prev = g > 0 || st.has_prev;
+                if (has_prev)
+                    for (int t = 0; t < ratio; t++) {
+                        if (g > 0) {
+                            skv[n] = st.buf_kv.data() + ((g - 1) * ratio + t) * cd;  // Ca = [:d]
+                            sgate[n] = st.buf_gate.data() + ((g - 1) * ratio + t) * cd;
+                        } else {
+                            skv[n] = st.prev_kv.data() + t * d;
+                            sgate[n] = st.prev_gate.data() + t * d;
+                        }
+                        n++;
+                    }
+                for (int t = 0; t < ratio; t++) {  // Cb = [d:]
+                    skv[n] = st.buf_kv.data() + (g * ratio + t) * cd + d;
+                    sgate[n] = st.buf_gate.data() + (g * ratio + t) * cd + d;
+                    n++;
+                }
+            } else {
+                for (int t = 0; t < ratio; t++) {
+                    skv[n] = st.buf_kv.data() + (g * ratio + t) * cd;
+                    sgate[n] = st.buf_gate.data() + (g * ratio + t) * cd;
+                    n++;
+                }
+            }
+            for (int64_t ch = 0; ch < d; ch++) {
+                // Softmax over the slots, independently per channel, in fp32.
+                float mx = NEG_INF;
+                for (int i = 0; i < n; i++) mx = std::max(mx, sgate[i][ch]);
+                float den = 0;
+                for (int i = 0; i < n; i++) den += (e[i] = std::exp(sgate[i][ch] - mx));
+                float num = 0;
+                for (int i = 0; i < n; i++) num += skv[i][ch] * (e[i] / den);
+                latent[size_t(g * d + ch)] = num;
+            }
+        }
+        if (overlap) {  // keep the last closed window's Ca half for the next call
+            st.prev_kv.resize(size_t(ratio * d));
+            st.prev_gate.resize(size_t(ratio * d));
+            for (int t = 0; t < ratio; t++) {
+                const size_t row = size_t(((groups - 1) * ratio + t) * cd);
+                std::copy(st.buf_kv.begin() + long(row), st.buf_kv.begin() + long(row + d), st.prev_kv.begin() + t * d);
+                std::copy(st.buf_gate.begin() + long(row), st.buf_gate.begin() + long(row + d),
+                          st.prev_gate.begin() + t * d);
+            }
+            st.has_prev = true;
+        }
+        const size_t used = size_t(groups * ratio * cd);
+        st.buf_kv.erase(st.buf_kv.begin(), st.buf_kv.begin() + long(used));
+        st.buf_gate.erase(st.buf_gate.begin(), st.buf_gate.begin() + long(used));
+        st.n_buf -= groups * ratio;
+
+        cpu::rms_norm(latent.data(), cw.norm.f(), latent.data(), groups, d, c_.norm_eps);
+        std::vector<int64_t> pos(groups);
+        for (int64_t g = 0; g < groups; g++) pos[size_t(g)] = (st.n_entries + g) * ratio;
+        rope_rows(latent.data(), groups, d, pos.data(), rope_compress_, false);
+        st.entries.insert(st.entries.end(), latent.begin(), latent.end());
+        st.n_entries += groups;
+    }
+
+    // The lightning indexer of a CSA layer (spec 3.8): runs its own overlap compressor at
+    // index_head_dim, then selects per query the top index_topk visible entries by
+    // score[t] = sum_h relu(qI[h] . KI[t]) / sqrt(d_I) * w[h] / sqrt(n_I).
+    // transformers deviation (2): qI is not Hadamard-rotated nor FP4-simulated.
+    // transformers deviation (6): fp32 scoring with the two scales applied separately.
+    std::vector<std::vector<int32_t>> indexer(const layer_weights &L, int layer, layer_state &ls, const float *x,
+                                              const float *qr, int64_t p0, int64_t S) const {
+        const int ratio = c_.ratio(layer);
+        const int64_t ihd = c_.index_head_dim, ih = c_.index_n_heads;
+        compress(L.icomp, ls.icomp, x, S, ihd, ratio, true);
+        const int64_t T = ls.icomp.n_entries;
+        std::vector<std::vector<int32_t>> topk(static_cast<size_t>(S));
+        if (T == 0) return topk;
+
+        std::vector<float> q(S * ih * ihd), w(S * ih);
+        cpu::matmul_nt(qr, L.i_wq_b.f(), q.data(), S, ih * ihd, c_.q_lora_rank);
+        std::vector<int64_t> qpos(S * ih);
+        for (int64_t s = 0; s < S; s++)
+            for (int64_t h = 0; h < ih; h++) qpos[size_t(s * ih + h)] = p0 + s;
+        rope_rows(q.data(), S * ih, ihd, qpos.data(), rope_compress_, false);
+        cpu::matmul_nt(x, L.i_weights_proj.f(), w.data(), S, ih, c_.dim);
+        const float qk_scale = 1.0f / std::sqrt(float(ihd)), head_scale = 1.0f / std::sqrt(float(ih));
+        const float *keys = ls.icomp.entries.data();
+
+        parallel_for(S, [&](int64_t s0, int64_t s1) {
+            std::vector<float> scores(T);
+            for (int64_t s = s0; s < s1; s++) {
+                const int64_t visible = (p0 + s + 1) / ratio;
+                for (int64_t t = 0; t < T; t++) {
+                    if (t >= visible) {
+                        scores[size_t(t)] = NEG_INF;
+                        continue;
+                    }
+                    const float *kt = keys + t * ihd;
+                    float acc = 0;
+                    for (int64_t h = 0; h < ih; h++) {
+                        const float *qh = q.data() + (s * ih + h) * ihd;
+                        float dot = 0;
+                        for (int64_t dd = 0; dd < ihd; dd++) dot += qh[dd] * kt[dd];
+                        acc += (std::max(dot, 0.0f) * qk_scale) * (w[size_t(s * ih + h)] * head_scale);
+                    }
+                    scores[size_t(t)] = acc;
+                }
+                for (int64_t t : top_indices(scores.data(), T, std::min<int64_t>(c_.index_topk, T)))
+                    topk[size_t(s)].push_back(int32_t(t));
+            }
+        });
+        return topk;
+    }
+
+    void attention(const layer_weights &L, int layer, layer_state &ls, const float *x, int64_t p0, int64_t S,
+                   float *out) const {
+        const int64_t D = c_.dim, H = c_.n_heads, hd = c_.head_dim, W = c_.window;
+        const int ratio = c_.ratio(layer);
+        const bool csa = ratio > 0 && c_.is_index_source(layer);
+        const rope_table &rt = rope_for(layer);
+        std::vector<int64_t> pos(S), hpos(S * H);
+        for (int64_t s = 0; s < S; s++) {
+            pos[size_t(s)] = p0 + s;
+            for (int64_t h = 0; h < H; h++) hpos[size_t(s * H + h)] = p0 + s;
+        }
+
+        // q = rope(rms_unweighted_per_head(wq_b(q_norm(wq_a(x))))); kv = rope(kv_norm(wkv(x))).
+        std::vector<float> qr(S * c_.q_lora_rank), q(S * H * hd), kv(S * hd);
+        cpu::matmul_nt(x, L.wq_a.f(), qr.data(), S, c_.q_lora_rank, D);
+        cpu::rms_norm(qr.data(), L.q_norm.f(), qr.data(), S, c_.q_lora_rank, c_.norm_eps);
+        cpu::matmul_nt(qr.data(), L.wq_b.f(), q.data(), S, H * hd, c_.q_lora_rank);
+        // transformers deviation (3): the per-head q norm in fp32 (reference: bf16).
+        cpu::rms_norm(q.data(), nullptr, q.data(), S * H, hd, c_.norm_eps);
+        rope_rows(q.data(), S * H, hd, hpos.data(), rt, false);
+        cpu::matmul_nt(x, L.wkv.f(), kv.data(), S, hd, D);
+        cpu::rms_norm(kv.data(), L.kv_norm.f(), kv.data(), S, hd, c_.norm_eps);
+        rope_rows(kv.data(), S, hd, pos.data(), rt, false);
+        // transformers deviation (1): no FP8 QAT sim of kv[..., :nope] (block 64).
+
+        // Window keys: ring rows older than this chunk, then the chunk's own rows.
+        std::vector<const float *> wkeys;
+        std::vector<int64_t> wpos;
+        for (int64_t slot = 0; slot < W; slot++)
+            if (ls.ring_pos[size_t(slot)] >= 0 && ls.ring_pos[size_t(slot)] < p0) {
+                wkeys.push_back(ls.ring.data() + slot * hd);
+                wpos.push_back(ls.ring_pos[size_t(slot)]);
+            }
+        for (int64_t s = 0; s < S; s++) {
+            wkeys.push_back(kv.data() + s * hd);
+            wpos.push_back(p0 + s);
+        }
+
+        // Compressed branch: entries closed by this chunk are emitted before attention; query p
+        // sees entries w < (p+1)/m: all of them (HCA) or the indexer's selection (CSA).
+        std::vector<std::vector<int32_t>> topk;
+        if (ratio > 0) {
+            compress(L.comp, ls.comp, x, S, hd, ratio, csa);
+            if (csa) topk = indexer(L, layer, ls, x, qr.data(), p0, S);
+        }
+        const float *centries = ls.comp.entries.data();
+
+        // Attention with a per-head sink in the denominator (spec 3.4, eager_attention_forward).
+        std::vector<float> o(S * H * hd);
+        const float scale = 1.0f / std::sqrt(float(hd));
+        const float *sink = L.attn_sink.f();
+        parallel_for(S * H, [&](int64_t r0, int64_t r1) {
+            std::vector<const float *> keys;
+            std::vector<float> sc;
+            for (int64_t r = r0; r < r1; r++) {
+                const int64_t s = r / H, h = r % H, p = p0 + s;
+                keys.clear();
+                for (size_t i = 0; i < wkeys.size(); i++)
+                    if (wpos[i] <= p && wpos[i] > p - W) keys.push_back(wkeys[i]);
+                if (csa) {
+                    for (int32_t e : topk[size_t(s)]) keys.push_back(centries + e * hd);
+                } else if (ratio > 0) {
+                    const int64_t visible = std::min<int64_t>((p + 1) / ratio, ls.comp.n_entries);
+                    for (int64_t e = 0; e < visible; e++) keys.push_back(centries + e * hd);
+                }
+                const float *qh = q.data() + r * hd;
+                sc.resize(keys.size());
+                float mx = sink[h];
+                for (size_t i = 0; i < keys.size(); i++) {
+                    float dot = 0;
+                    for (int64_t dd = 0; dd < hd; dd++) dot += qh[dd] * keys[i][dd];
+                    sc[i] = dot * scale;
+                    mx = std::max(mx, sc[i]);
+                }
+                float den = std::exp(sink[h] - mx);
+                for (size_t i = 0; i < keys.size(); i++) den += (sc[i] = std::exp(sc[i] - mx));
+                float *oh = o.data() + r * hd;
+                std::fill(oh, oh + hd, 0.0f);
+                for (size_t i = 0; i < keys.size(); i++) {
+                    const float p_i = sc[i] / den;
+                    for (int64_t dd = 0; dd < hd; dd++) oh[dd] += p_i * keys[i][dd];
+                }
+            }
+        });
+
+        // Remember the window (after attention: the chunk's own rows were already visible).
+        for (int64_t s = 0; s < S; s++) {
+            const int64_t slot = (p0 + s) % W;
+            std::copy(kv.data() + s * hd, kv.data() + (s + 1) * hd, ls.ring.data() + slot * hd);
+            ls.ring_pos[size_t(slot)] = p0 + s;
+        }
+
+        // Inverse RoPE at the query position, then the grouped output projection.
+        rope_rows(o.data(), S * H, hd, hpos.data(), rt, true);
+        const int64_t G = c_.o_groups, gin = H * hd / G, R = c_.o_lora_rank;
+        std::vector<float> z(S * G * R), og(S * gin), zg(S * R);
+        for (int64_t g = 0; g < G; g++) {
+            for (int64_t s = 0; s < S; s++)
+                std::copy(o.data() + s * H * hd + g * gin, o.data() + s * H * hd + (g + 1) * gin, og.data() + s * gin);
+            cpu::matmul_nt(og.data(), L.wo_a.f() + g * R * gin, zg.data(), S, R, gin);
+            for (int64_t s = 0; s < S; s++) std::copy(zg.data() + s * R, zg.data() + (s + 1) * R, z.data() + s * G * R + g * R);
+        }
+        cpu::matmul_nt(z.data(), L.wo_b.f(), out, S, D, G * R);
+    }
+
+    // ---- MoE (spec 3.9; transformers DeepseekV4SparseMoeBlock) ---------------------------------
+    // One SwiGLU expert on n rows: y = w2(silu(min(w1 x, L)) * clamp(w3 x, -L, L)), then each
+    // row times its routing weight. transformers deviation (5): the weight scales w2's output
+    // (reference: hmid before w2). Shared expert: same clamp, no weight (see the file comment).
+    void expert(const Tensor &w1, const Tensor &w2, const Tensor &w3, const float *x, int64_t n,
+                const float *row_weight, float *y) const {
+        const int64_t D = c_.dim, I = w1.dim(0);
+        std::vector<float> g(n * I), u(n * I);
+        cpu::matmul_nt(x, w1.f(), g.data(), n, I, D);
+        cpu::matmul_nt(x, w3.f(), u.data(), n, I, D);
+        const float lim = c_.swiglu_limit;
+        for (int64_t i = 0; i < n * I; i++) {
+            float gv = g[size_t(i)], uv = u[size_t(i)];
+            if (lim > 0) {
+                uv = std::clamp(uv, -lim, lim);
+                gv = std::min(gv, lim);
+            }
+            g[size_t(i)] = cpu::silu(gv) * uv;
+        }
+        cpu::matmul_nt(g.data(), w2.f(), y, n, D, I);
+        if (row_weight)
+            for (int64_t r = 0; r < n; r++)
+                for (int64_t d = 0; d < D; d++) y[r * D + d] *= row_weight[r];
+    }
+
+    void moe(const layer_weights &L, int layer, const float *x, const std::vector<int32_t> &tokens, int64_t S,
+             float *out) const {
+        const int64_t D = c_.dim, E = c_.n_routed_experts, K = c_.n_activated_experts;
+        const bool hash = layer < c_.n_hash_layers;
+        std::vector<float> logits(S * E);
+        cpu::matmul_nt(x, L.gate_w.f(), logits.data(), S, E, D);
+        std::vector<std::vector<std::pair<int64_t, float>>> by_expert(E);  // (row, weight)
+        for (int64_t s = 0; s < S; s++) {
+            std::vector<float> score(E), biased(E);
+            for (int64_t e = 0; e < E; e++) {
+                const float v = logits[size_t(s * E + e)];
+                const float sp = v > 20.0f ? v : std::log1p(std::exp(v));  // torch softplus threshold
+                score[size_t(e)] = std::sqrt(sp);
+                if (!hash) biased[size_t(e)] = score[size_t(e)] + L.gate_bias.f()[e];
+            }
+            std::vector<int64_t> sel;
+            if (hash) {
+                // Hash layers: experts from tid2eid[token]; the learned gate still weights them.
+                const int32_t *row = L.tid2eid.data() + int64_t(tokens[size_t(s)]) * K;
+                sel.assign(row, row + K);
+            } else {
+                sel = top_indices(biased.data(), E, K);  // the bias steers selection only
+            }
+            // transformers deviation (4): always renormalised, with +1e-20.
+            float sum = 0;
+            for (int64_t e : sel) sum += score[size_t(e)];
+            for (int64_t e : sel)
+                by_expert[size_t(e)].push_back({s, score[size_t(e)] / (sum + 1e-20f) * c_.route_scale});
+        }
+        // fp32 accumulator; routed experts added in increasing expert id, then the shared one.
+        std::vector<float> acc(S * D, 0.0f);
+        for (int64_t e = 0; e < E; e++) {
+            const auto &rows = by_expert[size_t(e)];
+            if (rows.empty()) continue;
+            const int64_t n = int64_t(rows.size());
+            std::vector<float> xe(n * D), ye(n * D), we(n);
+            for (int64_t i = 0; i < n; i++) {
+                std::copy(x + rows[size_t(i)].first * D, x + (rows[size_t(i)].first + 1) * D, xe.data() + i * D);
+                we[size_t(i)] = rows[size_t(i)].second;
+            }
+            expert(L.w1[size_t(e)], L.w2[size_t(e)], L.w3[size_t(e)], xe.data(), n, we.data(), ye.data());
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t d = 0; d < D; d++) acc[size_t(rows[size_t(i)].first * D + d)] += ye[size_t(i * D + d)];
+        }
+        if (c_.n_shared_experts > 0) {
+            std::vector<float> sh(S * D);
+            expert(L.sw1, L.sw2, L.sw3, x, S, nullptr, sh.data());
+            for (int64_t i = 0; i < S * D; i++) out[i] = acc[size_t(i)] + sh[size_t(i)];
+        } else {
+            std::copy(acc.begin(), acc.end(), out);
+        }
+    }
+
+    // ---- one sequence chunk through the whole model (spec 3.1-3.10) ---------------------------
+    void forward(sequence_state &st, const std::vector<int32_t> &tokens, float *logits) const {
+        const int64_t S = int64_t(tokens.size()), D = c_.dim, p0 = st.len;
+        const int hc = c_.hc_mult;
+
+        std::vector<float> X(S * hc * D);  // residual streams [S, hc, D], all equal to the embedding
+        for (int64_t s = 0; s < S; s++)
+            for (int j = 0; j < hc; j++)
+                std::copy(w_.embed.f() + int64_t(tokens[size_t(s)]) * D, w_.embed.f() + (int64_t(tokens[size_t(s)]) + 1) * D,
+                          X.data() + (s * hc + j) * D);
+
+        std::vector<float> x(S * D), y(S * D);
+        for (int l = 0; l < c_.n_layers; l++) {
+            const layer_weights &L = w_.layers[size_t(l)];
+            layer_state &ls = st.layers[size_t(l)];
+
+            mixes am = hc_mixes(X, S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base);
+            hc_collapse(X, am.pre, S, x.data());
+            cpu::rms_norm(x.data(), L.attn_norm.f(), x.data(), S, D, c_.norm_eps);
+            attention(L, l, ls, x.data(), p0, S, y.data());
+            hc_expand(X, y.data(), am, S);
+
+            mixes fm = hc_mixes(X, S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base);
+            hc_collapse(X, fm.pre, S, x.data());
+            cpu::rms_norm(x.data(), L.ffn_norm.f(), x.data(), S, D, c_.norm_eps);
+            moe(L, l, x.data(), tokens, S, y.data());
+            hc_expand(X, y.data(), fm, S);
+        }
+        hc_head(X, S, x.data());
+        cpu::rms_norm(x.data(), w_.norm.f(), x.data(), S, D, c_.norm_eps);
+        cpu::matmul_nt(x.data(), w_.head.f(), logits, S, c_.vocab_size, D);
+        st.len += S;
+    }
+
+    model::model_config c_;
+    model_weights w_;
+    engine_options opt_;
+    rope_table rope_main_, rope_compress_;
+    std::map<seq_id, sequence_state> seqs_;
+    seq_id next_id_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<engine>> make_v4_engine(const model::model_config &c, const weight_source &w,
+                                               const engine_options &opt) {
+    if (c.model_arch != model::arch::V4) return Status::invalid_argument("make_v4_engine: config is not deepseek_v4");
+    if (opt.mode != numerics::TRANSFORMERS)
+        return Status::not_supported("deepseek_v4: only the TRANSFORMERS numerics are implemented");
+    model_weights mw;
+    DS41RT_RETURN_IF_ERROR(load_weights(c, w, &mw));
+    return std::unique_ptr<engine>(new v4_engine(c, std::move(mw), opt));
+}
+
+}  // namespace ds41rt::engine

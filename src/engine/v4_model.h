@@ -1,0 +1,23 @@
+// DeepSeek V4 Flash forward pass (spec: shared/specs/deepseek-v4-flash.md, sections 2-4).
+//
+// Internal to the engine room: engine::open() builds one of these for model_type deepseek_v4.
+// The TRANSFORMERS numerics follow HF transformers' deepseek_v4 model (fp32, no QAT simulation,
+// no indexer Hadamard); each place where that differs from DeepSeek's reference is commented
+// in v4_model.cpp.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "engine/engine.h"
+
+namespace ds41rt::engine {
+
+// Fetches a weight by its checkpoint name, dequantized to fp32 (same contract as V4.1's; the
+// integer table ffn.gate.tid2eid arrives converted to fp32 and is converted back at load).
+using weight_source = std::function<Result<Tensor>(const std::string &name)>;
+
+Result<std::unique_ptr<engine>> make_v4_engine(const model::model_config &c, const weight_source &w,
+                                               const engine_options &opt);
+
+}  // namespace ds41rt::engine
