@@ -1,0 +1,61 @@
+// Helpers shared by the GPU tests and the GPU benchmark: random quantized weights in the
+// checkpoint formats and their CPU dequantization (from core/dtype, independent of the kernels).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace ds41rt::testing_util {
+
+struct quant_weight {
+    std::vector<uint8_t> w, scale;
+    std::vector<float> dequant;  // [N, K]
+};
+
+// FP8 E4M3 with E8M0 scales on a [block_out, block_in] grid; NaN codes avoided.
+inline quant_weight random_fp8_block(int N, int K, int bo, int bi, uint32_t seed) {
+    std::mt19937 rng(seed);
+    quant_weight q;
+    q.w.resize(size_t(N) * K);
+    for (auto &b : q.w) {
+        do b = uint8_t(rng());
+        while ((b & 0x7f) == 0x7f);
+    }
+    const int sr = (N + bo - 1) / bo, sc = (K + bi - 1) / bi;
+    q.scale.resize(size_t(sr) * sc);
+    for (auto &s : q.scale) s = uint8_t(118 + rng() % 12);  // 2^-9 .. 2^2
+    q.dequant.resize(size_t(N) * K);
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++)
+            q.dequant[size_t(n) * K + k] = e4m3_to_f32(q.w[size_t(n) * K + k]) * e8m0_to_f32(q.scale[size_t(n / bo) * sc + k / bi]);
+    return q;
+}
+
+// MXFP4: packed E2M1 (low nibble = even k) with one E8M0 scale per (row, 32 k).
+inline quant_weight random_mxfp4(int N, int K, uint32_t seed) {
+    std::mt19937 rng(seed);
+    quant_weight q;
+    q.w.resize(size_t(N) * K / 2);
+    for (auto &b : q.w) b = uint8_t(rng());
+    q.scale.resize(size_t(N) * K / 32);
+    for (auto &s : q.scale) s = uint8_t(118 + rng() % 12);
+    q.dequant.resize(size_t(N) * K);
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++)
+            q.dequant[size_t(n) * K + k] = e2m1_to_f32(e2m1_unpack(q.w.data() + size_t(n) * K / 2, size_t(k))) *
+                                           e8m0_to_f32(q.scale[size_t(n) * (K / 32) + k / 32]);
+    return q;
+}
+
+inline std::vector<float> random_normal(size_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    std::vector<float> v(n);
+    for (auto &x : v) x = d(rng);
+    return v;
+}
+
+}  // namespace ds41rt::testing_util
