@@ -29,4 +29,17 @@ std::vector<int64_t> top_indices(const float *v, int64_t n, int64_t k) {
     return idx;
 }
 
+std::vector<int64_t> top_indices_ordered(const float *v, int64_t n, int64_t k) {
+    k = std::min(k, n);
+    if (k <= 0) return {};
+    std::vector<int64_t> idx(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; i++) idx[size_t(i)] = i;
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                      [&](int64_t a, int64_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
+    idx.resize(size_t(k));
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    idx.erase(std::remove_if(idx.begin(), idx.end(), [&](int64_t i) { return v[i] == neg_inf; }), idx.end());
+    return idx;
+}
+
 }  // namespace ds41rt::engine

@@ -15,4 +15,10 @@ namespace ds41rt::engine {
 // follow the oracle's algorithm, not a lowest-index rule, for fixtures to compare at all.
 std::vector<int64_t> top_indices(const float *v, int64_t n, int64_t k);
 
+// The same selection with ties broken by lower index: the picks then depend only on the values,
+// not on n (how many entries exist yet), so a prefill and a token-by-token decode select alike.
+// Used by the OFFICIAL numerics, whose bf16 indexer scores tie often; torch leaves ties
+// unspecified there, so there is no oracle order to follow.
+std::vector<int64_t> top_indices_ordered(const float *v, int64_t n, int64_t k);
+
 }  // namespace ds41rt::engine

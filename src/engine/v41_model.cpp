@@ -22,6 +22,7 @@
 #include "backend/cpu/ops.h"
 #include "core/threads.h"
 #include "engine/engram_hash.h"
+#include "engine/numerics.h"
 #include "engine/rope.h"
 #include "engine/topk.h"
 
@@ -300,9 +301,9 @@ private:
                 }
                 float rstd = (1.0f / std::sqrt(float(hh / double(D)) + eps)) *
                              (1.0f / std::sqrt(float(kk / double(D)) + eps));
-                float dot = 0;
-                for (int64_t d = 0; d < D; d++) dot += h[d] * (q[j * D + d] * kw[j * D + d]) * kj[d];
-                dot = dot * rstd * (1.0f / std::sqrt(float(D)));
+                double acc = 0;
+                for (int64_t d = 0; d < D; d++) acc += double(h[d]) * (q[j * D + d] * kw[j * D + d]) * kj[d];
+                const float dot = float(acc) * rstd * (1.0f / std::sqrt(float(D)));
                 float g = cpu::sigmoid(std::copysign(std::sqrt(std::max(std::fabs(dot), 1e-6f)), dot));
                 for (int64_t d = 0; d < D; d++) h[d] = h[d] + g * value[d];
                 rb(h, D);
@@ -325,26 +326,14 @@ private:
     // OFFICIAL rounds to bf16 where DeepSeek's reference does (its default dtype is bf16) and
     // quantizes activations per 32 channels to FP8 before FP8/FP4 matmuls; TRANSFORMERS (fp32)
     // does neither. Every call site names its linear's class from the spec (section 3).
-    enum class lin { FP8, FP4, BF16, F32 };
+    void rb(float *p, int64_t n) const { round_bf16_if(official_, p, n); }
 
-    void rb(float *p, int64_t n) const {
-        if (official_)
-            for (int64_t i = 0; i < n; i++) p[i] = round_bf16(p[i]);
-    }
-
-    // y[m, n] = x[m, k] . w[n, k]^T with the numerics of the weight's class.
+    // y[m, n] = x[m, k] . w[n, k]^T with the numerics of the weight's class (engine/numerics.h).
     void linear(const float *x, const Tensor &w, float *y, int64_t m, int64_t n, int64_t k, lin kind) const {
         linear(x, w.f(), y, m, n, k, kind);
     }
     void linear(const float *x, const float *w, float *y, int64_t m, int64_t n, int64_t k, lin kind) const {
-        if (official_ && (kind == lin::FP8 || kind == lin::FP4)) {
-            std::vector<float> xq(x, x + m * k);
-            cpu::fake_quant_fp8_ue8m0(xq.data(), m, k, c_.fp8_block_in);
-            cpu::matmul_nt(xq.data(), w, y, m, n, k);
-        } else {
-            cpu::matmul_nt(x, w, y, m, n, k);
-        }
-        if (kind != lin::F32) rb(y, m * n);
+        linear_numerics(official_, c_.fp8_block_in, x, w, y, m, n, k, kind);
     }
 
     void norm(float *x, const Tensor &w, int64_t rows, int64_t dim) const {
@@ -398,6 +387,12 @@ private:
         return latent;
     }
 
+    // Top-k of the indexer and candidate blocks: transformers' tie order in TRANSFORMERS numerics;
+    // in OFFICIAL numerics (bf16 scores, frequent ties) ties go to the lower index.
+    std::vector<int64_t> select(const float *v, int64_t n, int64_t k) const {
+        return official_ ? top_indices_ordered(v, n, k) : top_indices(v, n, k);
+    }
+
     // The lightning indexer of an index source (spec 4.6, 4.7). Publishes index keys (owners),
     // then the top-k selection per query (and, at the candidate source, the candidate mask).
     void indexer(const layer_weights &L, int layer, sequence_state &st, const float *x, const float *qr,
@@ -442,8 +437,7 @@ private:
                     float acc = 0;
                     for (int64_t h = 0; h < ih; h++) {
                         const float *qh = q.data() + (s * ih + h) * ihd;
-                        float dot = 0;
-                        for (int64_t d = 0; d < ihd; d++) dot += qh[d] * kt[d];
+                        const float dot = cpu::dot(qh, kt, ihd);
                         if (official_) {
                             // The reference's bf16 einsum, relu, weight product and head sum, with
                             // both scales folded into the weights (spec 4.6 item 4).
@@ -470,7 +464,7 @@ private:
                     bscore[size_t(t / bs)] = std::max(bscore[size_t(t / bs)], scores[size_t(s * T + t)]);
                 const int64_t visible = (p0 + s + 1) / ratio;
                 if (visible >= 1) bscore[size_t((visible - 1) / bs)] = std::numeric_limits<float>::infinity();
-                for (int64_t b : top_indices(bscore.data(), nb, std::min<int64_t>(c_.candidate_topk_blocks, nb)))
+                for (int64_t b : select(bscore.data(), nb, std::min<int64_t>(c_.candidate_topk_blocks, nb)))
                     for (int64_t t = b * bs; t < std::min(T, (b + 1) * bs); t++) sh.candidates[size_t(s)][size_t(t)] = 1;
             }
         } else if (c_.candidate_source_layer >= 0 && layer > c_.candidate_source_layer && sh.has_candidates) {
@@ -483,7 +477,7 @@ private:
         sh.has_topk = true;
         sh.topk.assign(size_t(S), {});
         for (int64_t s = 0; s < S; s++)
-            for (int64_t t : top_indices(scores.data() + s * T, T, k)) sh.topk[size_t(s)].push_back(int32_t(t));
+            for (int64_t t : select(scores.data() + s * T, T, k)) sh.topk[size_t(s)].push_back(int32_t(t));
     }
 
     void attention(const layer_weights &L, int layer, sequence_state &st, const float *x, int64_t p0, int64_t S,
@@ -550,6 +544,7 @@ private:
         parallel_for(S * H, [&](int64_t r0, int64_t r1) {
             std::vector<const float *> keys;
             std::vector<float> sc;
+            std::vector<double> acc;
             for (int64_t r = r0; r < r1; r++) {
                 const int64_t s = r / H, h = r % H, p = p0 + s;
                 keys.clear();
@@ -561,23 +556,21 @@ private:
                 sc.resize(keys.size());
                 float mx = sink[h];
                 for (size_t i = 0; i < keys.size(); i++) {
-                    float dot = 0;
-                    for (int64_t d = 0; d < hd; d++) dot += qh[d] * keys[i][d];
-                    sc[i] = dot * scale;
+                    sc[i] = cpu::dot(qh, keys[i], hd) * scale;
                     mx = std::max(mx, sc[i]);
                 }
                 float den = std::exp(sink[h] - mx);
                 for (size_t i = 0; i < keys.size(); i++) den += (sc[i] = std::exp(sc[i] - mx));
                 float *oh = o.data() + r * hd;
-                std::fill(oh, oh + hd, 0.0f);
+                acc.assign(size_t(hd), 0.0);
                 for (size_t i = 0; i < keys.size(); i++) {
                     // OFFICIAL: the kernel multiplies V by the unnormalized exp cast to bf16 and
                     // divides by the fp32 denominator afterwards.
                     const float p_i = official_ ? round_bf16(sc[i]) : sc[i] / den;
-                    for (int64_t d = 0; d < hd; d++) oh[d] += p_i * keys[i][d];
+                    for (int64_t d = 0; d < hd; d++) acc[size_t(d)] += double(p_i) * keys[i][d];
                 }
-                if (official_)
-                    for (int64_t d = 0; d < hd; d++) oh[d] = round_bf16(oh[d] / den);
+                for (int64_t d = 0; d < hd; d++)
+                    oh[d] = official_ ? round_bf16(float(acc[size_t(d)]) / den) : float(acc[size_t(d)]);
             }
         });
 

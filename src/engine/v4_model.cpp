@@ -13,6 +13,15 @@
 //   4. routing weights get +1e-20 in the renormalisation denominator (3.9), always renormalised;
 //   5. the routing weight multiplies the expert's w2 OUTPUT (the reference scales before w2, 3.9);
 //   6. the indexer score is relu(q.k) * 1/sqrt(d_I) times (w * 1/sqrt(n_I)), head-summed in fp32.
+//
+// OFFICIAL numerics (engine.h) follow DeepSeek's reference inference code instead (spec 2.1-2.3,
+// section 3): bf16 rounding at every point the reference holds a bf16 tensor, FP8 activation
+// quantization (block 128, ue8m0) before the FP8 / FP4 linears, the cache quantizations
+// (1)/(2) above, the bf16 q norm (3), routing weights without the epsilon and applied before w2
+// (4)/(5), the bf16 indexer score (6), and the kernel's sparse attention (online softmax over
+// blocks of 64 indices, P cast to bf16 before P.V, fp32 denominator). Each such place is marked
+// "OFFICIAL".
+//
 // transformers 5.24.0 DOES clamp the shared expert (DeepseekV4MLP clamps gate <= limit and up to
 // [-limit, limit]), in agreement with the spec 3.9; the "unclamped shared expert" of spec 7 /
 // transformers issue #46018 does not apply to this version. We clamp.
@@ -26,6 +35,7 @@
 
 #include "backend/cpu/ops.h"
 #include "core/threads.h"
+#include "engine/numerics.h"
 #include "engine/rope.h"
 #include "engine/topk.h"
 
@@ -225,6 +235,49 @@ public:
     }
 
 private:
+    // ---- numerics (engine/numerics.h) -----------------------------------------------------------
+    // Every call site names its linear's class from spec 2.1: FP8 (wq_a, wq_b, wkv, wo_b, shared
+    // experts, indexer wq_b), FP4 (routed experts), BF16 (wo_a, indexer weights_proj), F32
+    // (compressor wkv / wgate, gate, head, hc_*_fn). In TRANSFORMERS numerics all are fp32.
+    static constexpr int64_t ATTN_BLOCK = 64;  // sparse_attn's index block (online softmax)
+    static constexpr int64_t KV_QAT_BLOCK = 64;  // FP8 QAT of the nope dims (spec 3.4, 3.5)
+    static constexpr int64_t FP4_QAT_BLOCK = 32;  // FP4 QAT of indexer q / keys (spec 2.1)
+
+    void rb(float *p, int64_t n) const { round_bf16_if(official_, p, n); }
+
+    void linear(const float *x, const Tensor &w, float *y, int64_t m, int64_t n, int64_t k, lin kind) const {
+        linear(x, w.f(), y, m, n, k, kind);
+    }
+    void linear(const float *x, const float *w, float *y, int64_t m, int64_t n, int64_t k, lin kind) const {
+        linear_numerics(official_, c_.fp8_block_in, x, w, y, m, n, k, kind);
+    }
+
+    // RMSNorm: bf16(w_fp32 * x_hat) under OFFICIAL.
+    void norm(float *x, const Tensor &w, int64_t rows, int64_t dim) const {
+        cpu::rms_norm(x, w.f(), x, rows, dim, c_.norm_eps);
+        rb(x, rows * dim);
+    }
+
+    // m[s, :] = rms_unweighted(X[s]) . fn^T over the flattened streams, fp32. transformers norms
+    // first; the reference (OFFICIAL) folds rsqrt(mean(X^2) + eps) in after the GEMV (spec 3.3).
+    void hc_project(const std::vector<float> &X, int64_t S, const Tensor &fn, int64_t n_out, float *m) const {
+        const int64_t flat = int64_t(c_.hc_mult) * c_.dim;
+        if (official_) {
+            cpu::matmul_nt(X.data(), fn.f(), m, S, n_out, flat);
+            for (int64_t s = 0; s < S; s++) {
+                const float *xs = X.data() + s * flat;
+                double ss = 0;
+                for (int64_t i = 0; i < flat; i++) ss += double(xs[i]) * xs[i];
+                const float rs = 1.0f / std::sqrt(float(ss / double(flat)) + c_.norm_eps);
+                for (int64_t j = 0; j < n_out; j++) m[s * n_out + j] *= rs;
+            }
+            return;
+        }
+        std::vector<float> normed(S * flat);
+        cpu::rms_norm(X.data(), nullptr, normed.data(), S, flat, c_.norm_eps);
+        cpu::matmul_nt(normed.data(), fn.f(), m, S, n_out, flat);
+    }
+
     // ---- mHC (spec 3.3; transformers DeepseekV4HyperConnection) ---------------------------------
     struct mixes {
         std::vector<float> pre, post, comb;  // [S, hc], [S, hc], [S, hc, hc] (comb[j][k])
@@ -233,12 +286,9 @@ private:
     mixes hc_mixes(const std::vector<float> &X, int64_t S, const Tensor &fn, const Tensor &scale,
                    const Tensor &base) const {
         const int hc = c_.hc_mult;
-        const int64_t flat = int64_t(hc) * c_.dim, n_mix = int64_t(2 + hc) * hc;
-        std::vector<float> normed(S * flat), m(S * n_mix);
-        // Unweighted RMS norm over the flattened streams with rms_norm_eps, then the projection
-        // (transformers norms first; the reference folds rsqrt in after the GEMV: same math).
-        cpu::rms_norm(X.data(), nullptr, normed.data(), S, flat, c_.norm_eps);
-        cpu::matmul_nt(normed.data(), fn.f(), m.data(), S, n_mix, flat);
+        const int64_t n_mix = int64_t(2 + hc) * hc;
+        std::vector<float> m(S * n_mix);
+        hc_project(X, S, fn, n_mix, m.data());
         const float *sc = scale.f(), *b = base.f();
         mixes r;
         r.pre.resize(size_t(S * hc));
@@ -311,21 +361,21 @@ private:
                     for (int j = 0; j < hc; j++) acc += C[j * hc + k] * res[size_t(j * D + d)];
                     Xs[k * D + d] = mx.post[size_t(s * hc + k)] * y[s * D + d] + acc;
                 }
+            rb(Xs, hc * D);  // OFFICIAL: the residual streams are bf16
         }
     }
 
     // hc_head (spec 3.10): pre = sigmoid(mix * scale + base) + eps, collapse.
     void hc_head(const std::vector<float> &X, int64_t S, float *x) const {
         const int hc = c_.hc_mult;
-        const int64_t flat = int64_t(hc) * c_.dim;
-        std::vector<float> normed(S * flat), m(S * hc), pre(S * hc);
-        cpu::rms_norm(X.data(), nullptr, normed.data(), S, flat, c_.norm_eps);
-        cpu::matmul_nt(normed.data(), w_.hc_head_fn.f(), m.data(), S, hc, flat);
+        std::vector<float> m(S * hc), pre(S * hc);
+        hc_project(X, S, w_.hc_head_fn, hc, m.data());
         const float sc = w_.hc_head_scale.f()[0], *b = w_.hc_head_base.f();
         for (int64_t s = 0; s < S; s++)
             for (int j = 0; j < hc; j++)
                 pre[size_t(s * hc + j)] = cpu::sigmoid(m[size_t(s * hc + j)] * sc + b[j]) + c_.hc_eps;
         hc_collapse(X, pre, S, x);
+        rb(x, S * c_.dim);
     }
 
     // ---- attention (spec 3.4-3.8) ----------------------------------------------------------------
@@ -336,6 +386,13 @@ private:
         std::vector<float> cs(n * t.n_pairs), sn(n * t.n_pairs);
         t.eval(pos, n, cs.data(), sn.data());
         cpu::rope_tail(x, n, dim, cs.data(), sn.data(), t.n_pairs, inverse);
+        rb(x, n * dim);  // OFFICIAL: rotated in fp32, written back into the bf16 tensor
+    }
+
+    // OFFICIAL indexer q / key quantization (spec 2.1, 3.5, 3.8): rotate_activation (Hadamard,
+    // scale d^-0.5, fp32 inside, bf16 out), then the FP4 QAT sim in blocks of 32.
+    void rotate_fp4(float *x, int64_t rows, int64_t d) const {
+        cpu::rotate_fake_quant_fp4_ue8m0(x, rows, d, FP4_QAT_BLOCK);
     }
 
     // A compressor (spec 3.5): projects the chunk's tokens, closes every window that completes,
@@ -344,9 +401,11 @@ private:
     // compress table. With overlap (CSA) the 2m slots are the previous window's Ca half and this
     // window's Cb half; the first window of a sequence has no previous one (weight 0).
     // transformers deviation (1)/(2): no FP8 sim of the nope dims (main compressor) and no
-    // Hadamard + FP4 sim (indexer compressor) on the emitted entries.
+    // Hadamard + FP4 sim (indexer compressor, `rotate`) on the emitted entries.
+    // OFFICIAL: entry = norm(bf16(pooled)), RoPE, then the main compressor's FP8 QAT on its nope
+    // dims [:d - rope] (block 64) or the indexer's Hadamard over all d + FP4 QAT (block 32).
     void compress(const compressor_weights &cw, comp_state &st, const float *x, int64_t S, int64_t d, int ratio,
-                  bool overlap) const {
+                  bool overlap, bool rotate) const {
         const int64_t D = c_.dim, cd = (overlap ? 2 : 1) * d;
         std::vector<float> kv(S * cd), gate(S * cd);
         cpu::matmul_nt(x, cw.wkv.f(), kv.data(), S, cd, D);
@@ -419,10 +478,17 @@ private:
         st.buf_gate.erase(st.buf_gate.begin(), st.buf_gate.begin() + long(used));
         st.n_buf -= groups * ratio;
 
-        cpu::rms_norm(latent.data(), cw.norm.f(), latent.data(), groups, d, c_.norm_eps);
+        rb(latent.data(), groups * d);
+        norm(latent.data(), cw.norm, groups, d);
         std::vector<int64_t> pos(groups);
         for (int64_t g = 0; g < groups; g++) pos[size_t(g)] = (st.n_entries + g) * ratio;
         rope_rows(latent.data(), groups, d, pos.data(), rope_compress_, false);
+        if (official_) {
+            if (rotate)
+                rotate_fp4(latent.data(), groups, d);
+            else
+                cpu::fake_quant_fp8_ue8m0_cols(latent.data(), groups, d, d - c_.rope_head_dim, KV_QAT_BLOCK);
+        }
         st.entries.insert(st.entries.end(), latent.begin(), latent.end());
         st.n_entries += groups;
     }
@@ -436,19 +502,22 @@ private:
                                               const float *qr, int64_t p0, int64_t S) const {
         const int ratio = c_.ratio(layer);
         const int64_t ihd = c_.index_head_dim, ih = c_.index_n_heads;
-        compress(L.icomp, ls.icomp, x, S, ihd, ratio, true);
+        compress(L.icomp, ls.icomp, x, S, ihd, ratio, true, true);
         const int64_t T = ls.icomp.n_entries;
         std::vector<std::vector<int32_t>> topk(static_cast<size_t>(S));
         if (T == 0) return topk;
 
         std::vector<float> q(S * ih * ihd), w(S * ih);
-        cpu::matmul_nt(qr, L.i_wq_b.f(), q.data(), S, ih * ihd, c_.q_lora_rank);
+        linear(qr, L.i_wq_b, q.data(), S, ih * ihd, c_.q_lora_rank, lin::FP8);
         std::vector<int64_t> qpos(S * ih);
         for (int64_t s = 0; s < S; s++)
             for (int64_t h = 0; h < ih; h++) qpos[size_t(s * ih + h)] = p0 + s;
         rope_rows(q.data(), S * ih, ihd, qpos.data(), rope_compress_, false);
-        cpu::matmul_nt(x, L.i_weights_proj.f(), w.data(), S, ih, c_.dim);
+        if (official_) rotate_fp4(q.data(), S * ih, ihd);
+        linear(x, L.i_weights_proj, w.data(), S, ih, c_.dim, lin::BF16);
         const float qk_scale = 1.0f / std::sqrt(float(ihd)), head_scale = 1.0f / std::sqrt(float(ih));
+        if (official_)  // weights_proj(x) * (d_I^-0.5 * n_I^-0.5), a bf16 tensor times a scalar
+            for (int64_t i = 0; i < S * ih; i++) w[size_t(i)] = round_bf16(w[size_t(i)] * (qk_scale * head_scale));
         const float *keys = ls.icomp.entries.data();
 
         parallel_for(S, [&](int64_t s0, int64_t s1) {
@@ -466,12 +535,20 @@ private:
                         const float *qh = q.data() + (s * ih + h) * ihd;
                         float dot = 0;
                         for (int64_t dd = 0; dd < ihd; dd++) dot += qh[dd] * kt[dd];
-                        acc += (std::max(dot, 0.0f) * qk_scale) * (w[size_t(s * ih + h)] * head_scale);
+                        if (official_)  // OFFICIAL: bf16 einsum output, relu, bf16 product with w
+                            acc += round_bf16(std::max(round_bf16(dot), 0.0f) * w[size_t(s * ih + h)]);
+                        else
+                            acc += (std::max(dot, 0.0f) * qk_scale) * (w[size_t(s * ih + h)] * head_scale);
                     }
-                    scores[size_t(t)] = acc;
+                    scores[size_t(t)] = official_ ? round_bf16(acc) : acc;  // OFFICIAL: bf16 head sum
                 }
-                for (int64_t t : top_indices(scores.data(), T, std::min<int64_t>(c_.index_topk, T)))
-                    topk[size_t(s)].push_back(int32_t(t));
+                const int64_t k = std::min<int64_t>(c_.index_topk, T);
+                if (official_) {
+                    // bf16 scores tie often (relu zeros, coarse grid): ties go to the lower index.
+                    for (int64_t t : top_indices_ordered(scores.data(), T, k)) topk[size_t(s)].push_back(int32_t(t));
+                } else {
+                    for (int64_t t : top_indices(scores.data(), T, k)) topk[size_t(s)].push_back(int32_t(t));
+                }
             }
         });
         return topk;
@@ -491,16 +568,21 @@ private:
 
         // q = rope(rms_unweighted_per_head(wq_b(q_norm(wq_a(x))))); kv = rope(kv_norm(wkv(x))).
         std::vector<float> qr(S * c_.q_lora_rank), q(S * H * hd), kv(S * hd);
-        cpu::matmul_nt(x, L.wq_a.f(), qr.data(), S, c_.q_lora_rank, D);
-        cpu::rms_norm(qr.data(), L.q_norm.f(), qr.data(), S, c_.q_lora_rank, c_.norm_eps);
-        cpu::matmul_nt(qr.data(), L.wq_b.f(), q.data(), S, H * hd, c_.q_lora_rank);
-        // transformers deviation (3): the per-head q norm in fp32 (reference: bf16).
-        cpu::rms_norm(q.data(), nullptr, q.data(), S * H, hd, c_.norm_eps);
+        linear(x, L.wq_a, qr.data(), S, c_.q_lora_rank, D, lin::FP8);
+        norm(qr.data(), L.q_norm, S, c_.q_lora_rank);
+        linear(qr.data(), L.wq_b, q.data(), S, H * hd, c_.q_lora_rank, lin::FP8);
+        // transformers deviation (3): the per-head q norm in fp32 (reference, OFFICIAL: bf16).
+        if (official_)
+            cpu::rms_norm_unweighted_bf16(q.data(), S * H, hd, c_.norm_eps);
+        else
+            cpu::rms_norm(q.data(), nullptr, q.data(), S * H, hd, c_.norm_eps);
         rope_rows(q.data(), S * H, hd, hpos.data(), rt, false);
-        cpu::matmul_nt(x, L.wkv.f(), kv.data(), S, hd, D);
-        cpu::rms_norm(kv.data(), L.kv_norm.f(), kv.data(), S, hd, c_.norm_eps);
+        linear(x, L.wkv, kv.data(), S, hd, D, lin::FP8);
+        norm(kv.data(), L.kv_norm, S, hd);
         rope_rows(kv.data(), S, hd, pos.data(), rt, false);
-        // transformers deviation (1): no FP8 QAT sim of kv[..., :nope] (block 64).
+        // transformers deviation (1): no FP8 QAT sim of kv[..., :nope] (block 64); OFFICIAL does
+        // it after RoPE, the rope dims stay bf16.
+        if (official_) cpu::fake_quant_fp8_ue8m0_cols(kv.data(), S, hd, hd - c_.rope_head_dim, KV_QAT_BLOCK);
 
         // Window keys: ring rows older than this chunk, then the chunk's own rows.
         std::vector<const float *> wkeys;
@@ -519,7 +601,7 @@ private:
         // sees entries w < (p+1)/m: all of them (HCA) or the indexer's selection (CSA).
         std::vector<std::vector<int32_t>> topk;
         if (ratio > 0) {
-            compress(L.comp, ls.comp, x, S, hd, ratio, csa);
+            compress(L.comp, ls.comp, x, S, hd, ratio, csa, false);
             if (csa) topk = indexer(L, layer, ls, x, qr.data(), p0, S);
         }
         const float *centries = ls.comp.entries.data();
@@ -528,14 +610,35 @@ private:
         std::vector<float> o(S * H * hd);
         const float scale = 1.0f / std::sqrt(float(hd));
         const float *sink = L.attn_sink.f();
+        // OFFICIAL: the reference's index list per query is [window | compressed]: the window part
+        // chronological, -1-padded to its width (min(S, W) for a prefill from 0, W otherwise),
+        // then the compressed entries; the kernel walks it in blocks of ATTN_BLOCK. The padding
+        // matters only in that it shifts the later entries' block boundaries.
+        const int64_t wwidth = p0 == 0 ? std::min(S, W) : W;
+        if (official_) {  // chronological window keys
+            std::vector<size_t> order(wkeys.size());
+            std::iota(order.begin(), order.end(), size_t(0));
+            std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return wpos[a] < wpos[b]; });
+            std::vector<const float *> k2;
+            std::vector<int64_t> p2;
+            for (size_t i : order) {
+                k2.push_back(wkeys[i]);
+                p2.push_back(wpos[i]);
+            }
+            wkeys.swap(k2);
+            wpos.swap(p2);
+        }
         parallel_for(S * H, [&](int64_t r0, int64_t r1) {
             std::vector<const float *> keys;
             std::vector<float> sc;
+            std::vector<float> acc(official_ ? hd : 0);
             for (int64_t r = r0; r < r1; r++) {
                 const int64_t s = r / H, h = r % H, p = p0 + s;
                 keys.clear();
                 for (size_t i = 0; i < wkeys.size(); i++)
                     if (wpos[i] <= p && wpos[i] > p - W) keys.push_back(wkeys[i]);
+                if (official_)
+                    while (int64_t(keys.size()) < wwidth) keys.push_back(nullptr);
                 if (csa) {
                     for (int32_t e : topk[size_t(s)]) keys.push_back(centries + e * hd);
                 } else if (ratio > 0) {
@@ -543,6 +646,11 @@ private:
                     for (int64_t e = 0; e < visible; e++) keys.push_back(centries + e * hd);
                 }
                 const float *qh = q.data() + r * hd;
+                float *oh = o.data() + r * hd;
+                if (official_) {
+                    sparse_attn_row(qh, keys, sink[h], scale, hd, sc, acc.data(), oh);
+                    continue;
+                }
                 sc.resize(keys.size());
                 float mx = sink[h];
                 for (size_t i = 0; i < keys.size(); i++) {
@@ -553,7 +661,6 @@ private:
                 }
                 float den = std::exp(sink[h] - mx);
                 for (size_t i = 0; i < keys.size(); i++) den += (sc[i] = std::exp(sc[i] - mx));
-                float *oh = o.data() + r * hd;
                 std::fill(oh, oh + hd, 0.0f);
                 for (size_t i = 0; i < keys.size(); i++) {
                     const float p_i = sc[i] / den;
@@ -576,22 +683,64 @@ private:
         for (int64_t g = 0; g < G; g++) {
             for (int64_t s = 0; s < S; s++)
                 std::copy(o.data() + s * H * hd + g * gin, o.data() + s * H * hd + (g + 1) * gin, og.data() + s * gin);
-            cpu::matmul_nt(og.data(), L.wo_a.f() + g * R * gin, zg.data(), S, R, gin);
+            linear(og.data(), L.wo_a.f() + g * R * gin, zg.data(), S, R, gin, lin::BF16);
             for (int64_t s = 0; s < S; s++) std::copy(zg.data() + s * R, zg.data() + (s + 1) * R, z.data() + s * G * R + g * R);
         }
-        cpu::matmul_nt(z.data(), L.wo_b.f(), out, S, D, G * R);
+        linear(z.data(), L.wo_b, out, S, D, G * R, lin::FP8);
+    }
+
+    // OFFICIAL sparse attention of one query head over its index list (nullptr = index -1), as
+    // the reference kernel computes it: scores in fp32; online softmax over blocks of
+    // ATTN_BLOCK indices with the running max over real scores only; each block's
+    // exp(score - max) summed in fp32 into the denominator and cast to bf16 for the P.V product
+    // (fp32 accumulation, rescaled when the max grows); the sink exp(sink - max) joins the
+    // denominator at the end; the output is bf16.
+    static void sparse_attn_row(const float *qh, const std::vector<const float *> &keys, float sink, float scale,
+                                int64_t hd, std::vector<float> &sc, float *acc, float *oh) {
+        const int64_t n = int64_t(keys.size());
+        sc.resize(keys.size());
+        std::fill(acc, acc + hd, 0.0f);
+        float mx = NEG_INF, den = 0;
+        for (int64_t b0 = 0; b0 < n; b0 += ATTN_BLOCK) {
+            const int64_t b1 = std::min(n, b0 + ATTN_BLOCK);
+            float bmx = mx;
+            for (int64_t i = b0; i < b1; i++) {
+                if (!keys[size_t(i)]) continue;
+                float dot = 0;
+                for (int64_t dd = 0; dd < hd; dd++) dot += qh[dd] * keys[size_t(i)][dd];
+                sc[size_t(i)] = dot * scale;
+                bmx = std::max(bmx, sc[size_t(i)]);
+            }
+            if (bmx == NEG_INF) continue;  // nothing valid yet
+            const float rescale = std::exp(mx - bmx);
+            float bsum = 0;
+            for (int64_t i = b0; i < b1; i++)
+                if (keys[size_t(i)]) bsum += (sc[size_t(i)] = std::exp(sc[size_t(i)] - bmx));
+            den = den * rescale + bsum;
+            for (int64_t dd = 0; dd < hd; dd++) acc[dd] *= rescale;
+            for (int64_t i = b0; i < b1; i++) {
+                if (!keys[size_t(i)]) continue;
+                const float p_i = round_bf16(sc[size_t(i)]);
+                for (int64_t dd = 0; dd < hd; dd++) acc[dd] += p_i * keys[size_t(i)][dd];
+            }
+            mx = bmx;
+        }
+        den += std::exp(sink - mx);
+        for (int64_t dd = 0; dd < hd; dd++) oh[dd] = round_bf16(acc[dd] / den);
     }
 
     // ---- MoE (spec 3.9; transformers DeepseekV4SparseMoeBlock) ---------------------------------
     // One SwiGLU expert on n rows: y = w2(silu(min(w1 x, L)) * clamp(w3 x, -L, L)), then each
     // row times its routing weight. transformers deviation (5): the weight scales w2's output
     // (reference: hmid before w2). Shared expert: same clamp, no weight (see the file comment).
+    // OFFICIAL (spec 3.9): w1 / w3 outputs bf16 (upcast), the SwiGLU and the routing weight in
+    // fp32, then w2(bf16(hmid)) with a bf16 output.
     void expert(const Tensor &w1, const Tensor &w2, const Tensor &w3, const float *x, int64_t n,
-                const float *row_weight, float *y) const {
+                const float *row_weight, float *y, lin kind) const {
         const int64_t D = c_.dim, I = w1.dim(0);
         std::vector<float> g(n * I), u(n * I);
-        cpu::matmul_nt(x, w1.f(), g.data(), n, I, D);
-        cpu::matmul_nt(x, w3.f(), u.data(), n, I, D);
+        linear(x, w1, g.data(), n, I, D, kind);
+        linear(x, w3, u.data(), n, I, D, kind);
         const float lim = c_.swiglu_limit;
         for (int64_t i = 0; i < n * I; i++) {
             float gv = g[size_t(i)], uv = u[size_t(i)];
@@ -601,8 +750,12 @@ private:
             }
             g[size_t(i)] = cpu::silu(gv) * uv;
         }
-        cpu::matmul_nt(g.data(), w2.f(), y, n, D, I);
-        if (row_weight)
+        if (official_ && row_weight)
+            for (int64_t r = 0; r < n; r++)
+                for (int64_t i = 0; i < I; i++) g[size_t(r * I + i)] = row_weight[r] * g[size_t(r * I + i)];
+        rb(g.data(), n * I);
+        linear(g.data(), w2, y, n, D, I, kind);
+        if (!official_ && row_weight)
             for (int64_t r = 0; r < n; r++)
                 for (int64_t d = 0; d < D; d++) y[r * D + d] *= row_weight[r];
     }
@@ -630,11 +783,11 @@ private:
             } else {
                 sel = top_indices(biased.data(), E, K);  // the bias steers selection only
             }
-            // transformers deviation (4): always renormalised, with +1e-20.
+            // transformers deviation (4): always renormalised, with +1e-20 (OFFICIAL: without).
             float sum = 0;
             for (int64_t e : sel) sum += score[size_t(e)];
-            for (int64_t e : sel)
-                by_expert[size_t(e)].push_back({s, score[size_t(e)] / (sum + 1e-20f) * c_.route_scale});
+            const float den = official_ ? sum : sum + 1e-20f;
+            for (int64_t e : sel) by_expert[size_t(e)].push_back({s, score[size_t(e)] / den * c_.route_scale});
         }
         // fp32 accumulator; routed experts added in increasing expert id, then the shared one.
         std::vector<float> acc(S * D, 0.0f);
@@ -647,17 +800,18 @@ private:
                 std::copy(x + rows[size_t(i)].first * D, x + (rows[size_t(i)].first + 1) * D, xe.data() + i * D);
                 we[size_t(i)] = rows[size_t(i)].second;
             }
-            expert(L.w1[size_t(e)], L.w2[size_t(e)], L.w3[size_t(e)], xe.data(), n, we.data(), ye.data());
+            expert(L.w1[size_t(e)], L.w2[size_t(e)], L.w3[size_t(e)], xe.data(), n, we.data(), ye.data(), lin::FP4);
             for (int64_t i = 0; i < n; i++)
                 for (int64_t d = 0; d < D; d++) acc[size_t(rows[size_t(i)].first * D + d)] += ye[size_t(i * D + d)];
         }
         if (c_.n_shared_experts > 0) {
             std::vector<float> sh(S * D);
-            expert(L.sw1, L.sw2, L.sw3, x, S, nullptr, sh.data());
+            expert(L.sw1, L.sw2, L.sw3, x, S, nullptr, sh.data(), lin::FP8);
             for (int64_t i = 0; i < S * D; i++) out[i] = acc[size_t(i)] + sh[size_t(i)];
         } else {
             std::copy(acc.begin(), acc.end(), out);
         }
+        rb(out, S * D);  // OFFICIAL: fp32 sum, bf16 MoE output
     }
 
     // ---- one sequence chunk through the whole model (spec 3.1-3.10) ---------------------------
@@ -670,6 +824,7 @@ private:
             for (int j = 0; j < hc; j++)
                 std::copy(w_.embed.f() + int64_t(tokens[size_t(s)]) * D, w_.embed.f() + (int64_t(tokens[size_t(s)]) + 1) * D,
                           X.data() + (s * hc + j) * D);
+        rb(X.data(), S * hc * D);  // OFFICIAL: bf16 embedding (a no-op for bf16-stored tables)
 
         std::vector<float> x(S * D), y(S * D);
         for (int l = 0; l < c_.n_layers; l++) {
@@ -678,25 +833,28 @@ private:
 
             mixes am = hc_mixes(X, S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base);
             hc_collapse(X, am.pre, S, x.data());
-            cpu::rms_norm(x.data(), L.attn_norm.f(), x.data(), S, D, c_.norm_eps);
+            rb(x.data(), S * D);
+            norm(x.data(), L.attn_norm, S, D);
             attention(L, l, ls, x.data(), p0, S, y.data());
             hc_expand(X, y.data(), am, S);
 
             mixes fm = hc_mixes(X, S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base);
             hc_collapse(X, fm.pre, S, x.data());
-            cpu::rms_norm(x.data(), L.ffn_norm.f(), x.data(), S, D, c_.norm_eps);
+            rb(x.data(), S * D);
+            norm(x.data(), L.ffn_norm, S, D);
             moe(L, l, x.data(), tokens, S, y.data());
             hc_expand(X, y.data(), fm, S);
         }
         hc_head(X, S, x.data());
-        cpu::rms_norm(x.data(), w_.norm.f(), x.data(), S, D, c_.norm_eps);
-        cpu::matmul_nt(x.data(), w_.head.f(), logits, S, c_.vocab_size, D);
+        norm(x.data(), w_.norm, S, D);
+        linear(x.data(), w_.head, logits, S, c_.vocab_size, D, lin::F32);
         st.len += S;
     }
 
     model::model_config c_;
     model_weights w_;
     engine_options opt_;
+    bool official_ = opt_.mode == numerics::OFFICIAL;
     rope_table rope_main_, rope_compress_;
     std::map<seq_id, sequence_state> seqs_;
     seq_id next_id_ = 0;
@@ -707,8 +865,6 @@ private:
 Result<std::unique_ptr<engine>> make_v4_engine(const model::model_config &c, const weight_source &w,
                                                const engine_options &opt) {
     if (c.model_arch != model::arch::V4) return Status::invalid_argument("make_v4_engine: config is not deepseek_v4");
-    if (opt.mode != numerics::TRANSFORMERS)
-        return Status::not_supported("deepseek_v4: only the TRANSFORMERS numerics are implemented");
     model_weights mw;
     DS41RT_RETURN_IF_ERROR(load_weights(c, w, &mw));
     return std::unique_ptr<engine>(new v4_engine(c, std::move(mw), opt));

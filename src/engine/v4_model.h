@@ -2,8 +2,9 @@
 //
 // Internal to the engine room: engine::open() builds one of these for model_type deepseek_v4.
 // The TRANSFORMERS numerics follow HF transformers' deepseek_v4 model (fp32, no QAT simulation,
-// no indexer Hadamard); each place where that differs from DeepSeek's reference is commented
-// in v4_model.cpp.
+// no indexer Hadamard); the OFFICIAL numerics follow DeepSeek's reference (bf16 rounding points,
+// FP8 activation quantization, the QAT simulations, the sparse-attention kernel's arithmetic).
+// Each place where the two differ is commented in v4_model.cpp.
 #pragma once
 
 #include <functional>

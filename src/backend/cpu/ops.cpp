@@ -11,23 +11,25 @@ namespace ds41rt::backend::cpu {
 
 void matmul_nt(const float *x, const float *w, float *y, int64_t m, int64_t n, int64_t k) {
     // Threads split the output columns (weight rows): at decode m is tiny and n is large.
+    // Sums are accumulated in fp64 and rounded once: the reference then sits within an fp32
+    // rounding of the exact product, closer to any oracle than a second fp32 summation order
+    // would be. That matters where a later quantizer (FP8/FP4 cache QAT, top-k) turns a tiny
+    // difference into a different code.
     parallel_for(n, [&](int64_t n0, int64_t n1) {
         for (int64_t j = n0; j < n1; j++) {
             const float *wr = w + j * k;
             for (int64_t i = 0; i < m; i++) {
                 const float *xr = x + i * k;
-                // Four partial sums keep the loop vectorizable and the rounding close to a
-                // pairwise sum; fp32 accumulation matches the reference's fp32 GEMMs.
-                float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+                double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
                 int64_t t = 0;
                 for (; t + 4 <= k; t += 4) {
-                    s0 += xr[t] * wr[t];
-                    s1 += xr[t + 1] * wr[t + 1];
-                    s2 += xr[t + 2] * wr[t + 2];
-                    s3 += xr[t + 3] * wr[t + 3];
+                    s0 += double(xr[t]) * wr[t];
+                    s1 += double(xr[t + 1]) * wr[t + 1];
+                    s2 += double(xr[t + 2]) * wr[t + 2];
+                    s3 += double(xr[t + 3]) * wr[t + 3];
                 }
-                for (; t < k; t++) s0 += xr[t] * wr[t];
-                y[i * n + j] = (s0 + s1) + (s2 + s3);
+                for (; t < k; t++) s0 += double(xr[t]) * wr[t];
+                y[i * n + j] = float((s0 + s1) + (s2 + s3));
             }
         }
     }, 16);
@@ -68,11 +70,12 @@ float pow2_ceil(float v) {
 
 namespace {
 
+// Blocks of `block` channels over the first `cols` channels of rows `stride` apart.
 template <typename F>
-void for_blocks(float *x, int64_t rows, int64_t dim, int64_t block, F &&fn) {
+void for_blocks(float *x, int64_t rows, int64_t stride, int64_t cols, int64_t block, F &&fn) {
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t b = 0; b + block <= dim; b += block) {
-            float *p = x + r * dim + b;
+        for (int64_t b = 0; b + block <= cols; b += block) {
+            float *p = x + r * stride + b;
             float amax = 0;
             for (int64_t i = 0; i < block; i++) amax = std::max(amax, std::fabs(p[i]));
             fn(p, amax);
@@ -82,7 +85,11 @@ void for_blocks(float *x, int64_t rows, int64_t dim, int64_t block, F &&fn) {
 }  // namespace
 
 void fake_quant_fp8_ue8m0(float *x, int64_t rows, int64_t dim, int64_t block) {
-    for_blocks(x, rows, dim, block, [block](float *p, float amax) {
+    fake_quant_fp8_ue8m0_cols(x, rows, dim, dim, block);
+}
+
+void fake_quant_fp8_ue8m0_cols(float *x, int64_t rows, int64_t stride, int64_t cols, int64_t block) {
+    for_blocks(x, rows, stride, cols, block, [block](float *p, float amax) {
         float s = pow2_ceil(std::max(amax, 1e-4f) * (1.0f / 448.0f));
         for (int64_t i = 0; i < block; i++) {
             float q = std::clamp(p[i] / s, -448.0f, 448.0f);
@@ -92,17 +99,50 @@ void fake_quant_fp8_ue8m0(float *x, int64_t rows, int64_t dim, int64_t block) {
 }
 
 void fake_quant_fp4_ue8m0(float *x, int64_t rows, int64_t dim, int64_t block) {
-    for_blocks(x, rows, dim, block, [block](float *p, float amax) {
+    for_blocks(x, rows, dim, dim, block, [block](float *p, float amax) {
         float s = pow2_ceil(std::max(amax, 6.0f * std::ldexp(1.0f, -126)) * (1.0f / 6.0f));
         for (int64_t i = 0; i < block; i++) p[i] = round_e2m1(std::clamp(p[i] / s, -6.0f, 6.0f)) * s;
     });
 }
 
 void fake_quant_fp4_e4m3(float *x, int64_t rows, int64_t dim, int64_t block) {
-    for_blocks(x, rows, dim, block, [block](float *p, float amax) {
+    for_blocks(x, rows, dim, dim, block, [block](float *p, float amax) {
         float s = round_e4m3(std::max(amax, 6.0f * std::ldexp(1.0f, -9)) / 6.0f, /*saturate=*/true);
         for (int64_t i = 0; i < block; i++) p[i] = round_e2m1(std::clamp(p[i] / s, -6.0f, 6.0f)) * s;
     });
+}
+
+void hadamard_transform(float *x, int64_t rows, int64_t dim, float scale) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *p = x + r * dim;
+        // Butterfly stages h = 1, 2, 4, ...: (a, b) -> (a + b, a - b) on channels h apart. Stage h
+        // multiplies by I (x) H2 (x) I at bit log2(h); their product is the Sylvester H.
+        for (int64_t h = 1; h < dim; h *= 2)
+            for (int64_t i = 0; i < dim; i += 2 * h)
+                for (int64_t j = i; j < i + h; j++) {
+                    const float a = p[j], b = p[j + h];
+                    p[j] = a + b;
+                    p[j + h] = a - b;
+                }
+        for (int64_t i = 0; i < dim; i++) p[i] *= scale;
+    }
+}
+
+void rotate_fake_quant_fp4_ue8m0(float *x, int64_t rows, int64_t dim, int64_t block) {
+    hadamard_transform(x, rows, dim, 1.0f / std::sqrt(float(dim)));
+    for (int64_t i = 0; i < rows * dim; i++) x[i] = round_bf16(x[i]);
+    fake_quant_fp4_ue8m0(x, rows, dim, block);
+}
+
+void rms_norm_unweighted_bf16(float *x, int64_t rows, int64_t dim, float eps) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *p = x + r * dim;
+        float ss = 0;
+        for (int64_t i = 0; i < dim; i++) ss += round_bf16(p[i] * p[i]);
+        const float mean = round_bf16(ss / float(dim));
+        const float inv = round_bf16(1.0f / std::sqrt(round_bf16(mean + eps)));
+        for (int64_t i = 0; i < dim; i++) p[i] = round_bf16(p[i] * inv);
+    }
 }
 
 }  // namespace ds41rt::backend::cpu
