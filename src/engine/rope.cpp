@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/ops.h"
+
 namespace ds41rt::engine {
 
 rope_table make_rope_table(const model::model_config &c, bool yarn) {
@@ -44,6 +46,16 @@ void rope_table::eval(const int64_t *positions, int64_t n, float *cos, float *si
             cos[r * n_pairs + i] = std::cos(a);
             sin[r * n_pairs + i] = std::sin(a);
         }
+}
+
+}  // namespace ds41rt::engine
+
+namespace ds41rt::engine {
+
+void rope_rows(float *x, int64_t n, int64_t dim, const int64_t *pos, const rope_table &t, bool inverse) {
+    std::vector<float> cs(n * t.n_pairs), sn(n * t.n_pairs);
+    t.eval(pos, n, cs.data(), sn.data());
+    backend::cpu::rope_tail(x, n, dim, cs.data(), sn.data(), t.n_pairs, inverse);
 }
 
 }  // namespace ds41rt::engine

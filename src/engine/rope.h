@@ -24,3 +24,11 @@ struct rope_table {
 rope_table make_rope_table(const model::model_config &c, bool yarn);
 
 }  // namespace ds41rt::engine
+
+namespace ds41rt::engine {
+
+// Rotates the last 2 * t.n_pairs channels of n rows of width dim, one position per row
+// (interleaved pairs; inverse = conjugate).
+void rope_rows(float *x, int64_t n, int64_t dim, const int64_t *pos, const rope_table &t, bool inverse);
+
+}  // namespace ds41rt::engine

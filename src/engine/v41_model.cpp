@@ -21,7 +21,11 @@
 
 #include "backend/cpu/ops.h"
 #include "core/threads.h"
+#include "engine/attention_row.h"
+#include "engine/cpu_engine.h"
 #include "engine/engram_hash.h"
+#include "engine/expert.h"
+#include "engine/mhc.h"
 #include "engine/numerics.h"
 #include "engine/rope.h"
 #include "engine/topk.h"
@@ -141,7 +145,7 @@ struct shared_state {
     std::vector<std::vector<uint8_t>> candidates;  // per query [T]
 };
 
-class v41_engine final : public engine {
+class v41_engine final : public cpu_engine<sequence_state> {
 public:
     v41_engine(model::model_config c, model_weights w, engram_hasher h, bool has_engram, engine_options opt)
         : c_(std::move(c)), w_(std::move(w)), hasher_(std::move(h)), has_engram_(has_engram), opt_(opt),
@@ -149,127 +153,38 @@ public:
 
     const model::model_config &config() const override { return c_; }
 
-    seq_id create_sequence() override {
-        seq_id id = next_id_++;
+    sequence_state new_state() const override {
         sequence_state s;
         s.ring.assign(c_.n_layers, std::vector<float>(size_t(c_.window) * size_t(c_.head_dim), 0.0f));
         s.ring_pos.assign(c_.n_layers, std::vector<int64_t>(size_t(c_.window), -1));
         for (int l = 0; l < c_.n_layers; l++)
             if (c_.is_kv_source(l)) s.sources[l] = source_state{};
-        seqs_[id] = std::move(s);
-        return id;
-    }
-    void free_sequence(seq_id s) override { seqs_.erase(s); }
-    int64_t sequence_length(seq_id s) const override {
-        auto it = seqs_.find(s);
-        return it == seqs_.end() ? -1 : it->second.len;
-    }
-
-    Status step(const std::vector<step_input> &inputs, std::vector<Tensor> *logits) override {
-        logits->clear();
-        for (const auto &in : inputs) {
-            auto it = seqs_.find(in.seq);
-            if (it == seqs_.end()) return Status::invalid_argument("unknown sequence " + std::to_string(in.seq));
-            if (in.tokens.empty()) return Status::invalid_argument("step with no tokens");
-            for (int32_t t : in.tokens)
-                if (t < 0 || t >= c_.vocab_size)
-                    return Status::invalid_argument("token id " + std::to_string(t) + " outside the vocabulary");
-        }
-        for (const auto &in : inputs) {
-            Tensor out = Tensor::f32({int64_t(in.tokens.size()), c_.vocab_size});
-            forward(seqs_[in.seq], in.tokens, out.f());
-            logits->push_back(std::move(out));
-        }
-        return Status::ok();
+        return s;
     }
 
 private:
-    // ---- mHC (spec 4.2) ------------------------------------------------------------------------
-    struct mixes {
-        std::vector<float> pre, post, comb;  // [S, hc], [S, hc], [S, hc, hc] (comb[j][k])
-    };
-
-    mixes hc_mixes(const std::vector<float> &X, int64_t S, const Tensor &fn, const Tensor &scale,
-                   const Tensor &base) const {
+    // ---- mHC (spec 4.2; engine/mhc.h) -------------------------------------------------------
+    // TRANSFORMERS normalizes the streams before the mix projection, OFFICIAL folds the RMS in
+    // after it, as the reference does.
+    hc_mixes mixes_at(const std::vector<float> &X, int64_t S, const Tensor &fn, const Tensor &scale,
+                      const Tensor &base) const {
         const int hc = c_.hc_mult;
-        const int64_t flat = int64_t(hc) * c_.dim, n_mix = int64_t(2 + hc) * hc;
-        std::vector<float> normed(S * flat), m(S * n_mix);
-        cpu::rms_norm(X.data(), nullptr, normed.data(), S, flat, c_.norm_eps);
-        cpu::matmul_nt(normed.data(), fn.f(), m.data(), S, n_mix, flat);
-        const float *sc = scale.f(), *b = base.f();
-        mixes r;
-        r.pre.resize(size_t(S * hc));
-        r.post.resize(size_t(S * hc));
-        r.comb.resize(size_t(S * hc * hc));
-        for (int64_t s = 0; s < S; s++) {
-            const float *ms = m.data() + s * n_mix;
-            for (int j = 0; j < hc; j++) {
-                r.pre[size_t(s * hc + j)] = cpu::sigmoid(ms[j] * sc[0] + b[j]) + c_.hc_eps;
-                r.post[size_t(s * hc + j)] = 2.0f * cpu::sigmoid(ms[hc + j] * sc[1] + b[hc + j]);
-            }
-            float *C = r.comb.data() + s * hc * hc;
-            for (int j = 0; j < hc; j++) {  // softmax over k, then + eps
-                float mx = NEG_INF;
-                for (int k = 0; k < hc; k++) {
-                    C[j * hc + k] = ms[2 * hc + j * hc + k] * sc[2] + b[2 * hc + j * hc + k];
-                    mx = std::max(mx, C[j * hc + k]);
-                }
-                float sum = 0;
-                for (int k = 0; k < hc; k++) sum += (C[j * hc + k] = std::exp(C[j * hc + k] - mx));
-                for (int k = 0; k < hc; k++) C[j * hc + k] = C[j * hc + k] / sum + c_.hc_eps;
-            }
-            auto col_norm = [&] {
-                for (int k = 0; k < hc; k++) {
-                    float sum = 0;
-                    for (int j = 0; j < hc; j++) sum += C[j * hc + k];
-                    for (int j = 0; j < hc; j++) C[j * hc + k] /= sum + c_.hc_eps;
-                }
-            };
-            auto row_norm = [&] {
-                for (int j = 0; j < hc; j++) {
-                    float sum = 0;
-                    for (int k = 0; k < hc; k++) sum += C[j * hc + k];
-                    for (int k = 0; k < hc; k++) C[j * hc + k] /= sum + c_.hc_eps;
-                }
-            };
-            col_norm();
-            for (int it = 0; it < c_.hc_sinkhorn_iters - 1; it++) {
-                row_norm();
-                col_norm();
-            }
-        }
-        return r;
+        const int64_t n_mix = int64_t(2 + hc) * hc;
+        std::vector<float> m(S * n_mix);
+        hc_project(X.data(), S, int64_t(hc) * c_.dim, fn, n_mix, c_.norm_eps, official_, m.data());
+        return hc_split_sinkhorn(m.data(), S, hc, scale.f(), base.f(), c_.hc_eps, c_.hc_sinkhorn_iters);
     }
 
-    // x[s] = sum_j pre[s, j] * X[s, j]
-    void hc_collapse(const std::vector<float> &X, const std::vector<float> &pre, int64_t S, float *x) const {
-        const int hc = c_.hc_mult;
-        const int64_t D = c_.dim;
-        for (int64_t s = 0; s < S; s++)
-            for (int64_t d = 0; d < D; d++) {
-                float acc = 0;
-                for (int j = 0; j < hc; j++) acc += pre[size_t(s * hc + j)] * X[size_t((s * hc + j) * D + d)];
-                x[s * D + d] = acc;
-            }
+    // x = bf16(sum_j pre_j X_j) (OFFICIAL rounds; TRANSFORMERS keeps fp32).
+    void collapse(const std::vector<float> &X, const std::vector<float> &pre, int64_t S, float *x) const {
+        hc_collapse(X.data(), pre.data(), S, c_.hc_mult, c_.dim, x);
+        rb(x, S * c_.dim);
     }
 
-    // X[s, k] = post[s, k] * y[s] + sum_j comb[s, j, k] * X[s, j]   (sum over the FIRST index)
-    void hc_expand(std::vector<float> &X, const float *y, const mixes &mx, int64_t S) const {
-        const int hc = c_.hc_mult;
-        const int64_t D = c_.dim;
-        std::vector<float> res(hc * D);
-        for (int64_t s = 0; s < S; s++) {
-            float *Xs = X.data() + s * hc * D;
-            std::copy(Xs, Xs + hc * D, res.begin());
-            const float *C = mx.comb.data() + s * hc * hc;
-            for (int k = 0; k < hc; k++)
-                for (int64_t d = 0; d < D; d++) {
-                    float acc = 0;
-                    for (int j = 0; j < hc; j++) acc += C[j * hc + k] * res[size_t(j * D + d)];
-                    Xs[k * D + d] = mx.post[size_t(s * hc + k)] * y[s * D + d] + acc;
-                }
-            rb(Xs, hc * D);
-        }
+    // The streams after a sublayer: post * y + comb^T X, bf16 under OFFICIAL.
+    void expand(std::vector<float> &X, const float *y, const hc_mixes &mx, int64_t S) const {
+        hc_expand(X.data(), y, mx, S, c_.hc_mult, c_.dim);
+        rb(X.data(), S * c_.hc_mult * c_.dim);
     }
 
     // ---- Engram (spec 4.9) ---------------------------------------------------------------------
@@ -315,11 +230,9 @@ private:
     const rope_table &rope_for(int layer) const { return c_.ratio(layer) > 0 ? rope_compress_ : rope_main_; }
 
     // Rotates the last rope_head_dim channels of n rows of width dim, one position per row.
-    void rope_rows(float *x, int64_t n, int64_t dim, const int64_t *pos, const rope_table &t, bool inverse) const {
-        std::vector<float> cs(n * t.n_pairs), sn(n * t.n_pairs);
-        t.eval(pos, n, cs.data(), sn.data());
-        cpu::rope_tail(x, n, dim, cs.data(), sn.data(), t.n_pairs, inverse);
-        rb(x, n * dim);
+    void rope(float *x, int64_t n, int64_t dim, const int64_t *pos, const rope_table &t, bool inverse) const {
+        rope_rows(x, n, dim, pos, t, inverse);
+        rb(x, n * dim);  // OFFICIAL: fp32 rotation written back into the bf16 tensor
     }
 
     // ---- numerics ----------------------------------------------------------------------------
@@ -407,7 +320,7 @@ private:
             norm(k.data(), L.i_k_norm, n_latent, ihd);
             std::vector<int64_t> pos(n_latent);
             for (int64_t g = 0; g < n_latent; g++) pos[size_t(g)] = first_pos + ratio * g;
-            rope_rows(k.data(), n_latent, ihd, pos.data(), rope_compress_, false);
+            rope(k.data(), n_latent, ihd, pos.data(), rope_compress_, false);
             if (ihd % 32 == 0) cpu::fake_quant_fp4_ue8m0(k.data(), n_latent, ihd, 32);
             src.index_keys.insert(src.index_keys.end(), k.begin(), k.end());
         }
@@ -419,7 +332,7 @@ private:
         std::vector<int64_t> qpos(S * ih);
         for (int64_t s = 0; s < S; s++)
             for (int64_t h = 0; h < ih; h++) qpos[size_t(s * ih + h)] = p0 + s;
-        rope_rows(q.data(), S * ih, ihd, qpos.data(), rope_compress_, false);
+        rope(q.data(), S * ih, ihd, qpos.data(), rope_compress_, false);
         if (ihd % 32 == 0) cpu::fake_quant_fp4_ue8m0(q.data(), S * ih, ihd, 32);
         linear(x, L.i_weights_proj, w.data(), S, ih, c_.dim, lin::BF16);
         const float qk_scale = 1.0f / std::sqrt(float(ihd)), head_scale = 1.0f / std::sqrt(float(ih));
@@ -494,21 +407,22 @@ private:
         linear(x, L.wq_a, qr.data(), S, c_.q_lora_rank, D, lin::FP8);
         norm(qr.data(), L.q_norm, S, c_.q_lora_rank);
         linear(qr.data(), L.wq_b, q.data(), S, H * hd, c_.q_lora_rank, lin::FP8);
-        rope_rows(q.data(), S * H, hd, hpos.data(), rt, false);
+        rope(q.data(), S * H, hd, hpos.data(), rt, false);
         linear(x, L.wkv, kv.data(), S, hd, D, lin::FP8);
         norm(kv.data(), L.kv_norm, S, hd);
-        rope_rows(kv.data(), S, hd, pos.data(), rt, false);
+        rope(kv.data(), S, hd, pos.data(), rt, false);
         if (hd % 32 == 0) cpu::fake_quant_fp8_ue8m0(kv.data(), S, hd, 32);  // window-KV cache QAT
 
-        // Window keys: ring rows older than this chunk, then the chunk's own rows.
+        // Window keys in chronological order (so a prefill and a decode sum in the same order):
+        // ring rows older than this chunk, then the chunk's own rows.
         std::vector<const float *> wkeys;
         std::vector<int64_t> wpos;
         auto &ring = st.ring[size_t(layer)];
         auto &rpos = st.ring_pos[size_t(layer)];
-        for (int64_t slot = 0; slot < W; slot++)
-            if (rpos[size_t(slot)] >= 0 && rpos[size_t(slot)] < p0) {
-                wkeys.push_back(ring.data() + slot * hd);
-                wpos.push_back(rpos[size_t(slot)]);
+        for (int64_t q = std::max<int64_t>(0, p0 - W); q < p0; q++)
+            if (rpos[size_t(q % W)] == q) {
+                wkeys.push_back(ring.data() + (q % W) * hd);
+                wpos.push_back(q);
             }
         for (int64_t s = 0; s < S; s++) {
             wkeys.push_back(kv.data() + s * hd);
@@ -529,7 +443,7 @@ private:
             if (n_latent > 0) {
                 std::vector<int64_t> lpos(n_latent);
                 for (int64_t g = 0; g < n_latent; g++) lpos[size_t(g)] = first_pos + c_.ratio(layer) * g;
-                rope_rows(latent.data(), n_latent, hd, lpos.data(), rope_compress_, false);
+                rope(latent.data(), n_latent, hd, lpos.data(), rope_compress_, false);
                 if (hd % 16 == 0) cpu::fake_quant_fp4_e4m3(latent.data(), n_latent, hd, 16);
                 src.entries.insert(src.entries.end(), latent.begin(), latent.end());
                 src.n_entries += n_latent;
@@ -543,34 +457,17 @@ private:
         const float *sink = L.attn_sink.f();
         parallel_for(S * H, [&](int64_t r0, int64_t r1) {
             std::vector<const float *> keys;
-            std::vector<float> sc;
-            std::vector<double> acc;
+            attn_scratch scratch;
             for (int64_t r = r0; r < r1; r++) {
                 const int64_t s = r / H, h = r % H, p = p0 + s;
                 keys.clear();
                 for (size_t i = 0; i < wkeys.size(); i++)
                     if (wpos[i] <= p && wpos[i] > p - W) keys.push_back(wkeys[i]);
+                if (official_)  // the reference's index list keeps the window's width; -1 pads it
+                    while (int64_t(keys.size()) < W) keys.push_back(nullptr);
                 if (centries && sh.has_topk)
                     for (int32_t e : sh.topk[size_t(s)]) keys.push_back(centries + e * hd);
-                const float *qh = q.data() + r * hd;
-                sc.resize(keys.size());
-                float mx = sink[h];
-                for (size_t i = 0; i < keys.size(); i++) {
-                    sc[i] = cpu::dot(qh, keys[i], hd) * scale;
-                    mx = std::max(mx, sc[i]);
-                }
-                float den = std::exp(sink[h] - mx);
-                for (size_t i = 0; i < keys.size(); i++) den += (sc[i] = std::exp(sc[i] - mx));
-                float *oh = o.data() + r * hd;
-                acc.assign(size_t(hd), 0.0);
-                for (size_t i = 0; i < keys.size(); i++) {
-                    // OFFICIAL: the kernel multiplies V by the unnormalized exp cast to bf16 and
-                    // divides by the fp32 denominator afterwards.
-                    const float p_i = official_ ? round_bf16(sc[i]) : sc[i] / den;
-                    for (int64_t d = 0; d < hd; d++) acc[size_t(d)] += double(p_i) * keys[i][d];
-                }
-                for (int64_t d = 0; d < hd; d++)
-                    oh[d] = official_ ? round_bf16(float(acc[size_t(d)]) / den) : float(acc[size_t(d)]);
+                attend_row(q.data() + r * hd, keys, sink[h], scale, hd, official_, scratch, o.data() + r * hd);
             }
         });
 
@@ -582,7 +479,7 @@ private:
         }
 
         // Inverse RoPE at the query position, then the grouped output projection.
-        rope_rows(o.data(), S * H, hd, hpos.data(), rt, true);
+        rope(o.data(), S * H, hd, hpos.data(), rt, true);
         const int64_t G = c_.o_groups, gin = H * hd / G, R = c_.o_lora_rank;
         std::vector<float> z(S * G * R), og(S * gin), zg(S * R);
         for (int64_t g = 0; g < G; g++) {
@@ -595,27 +492,13 @@ private:
     }
 
     // ---- MoE (spec 4.10) ----------------------------------------------------------------------
-    // One SwiGLU expert on n rows: y = w2(weight * silu(min(w1 x, L)) * clamp(w3 x, -L, L)).
-    void expert(const Tensor &w1, const Tensor &w2, const Tensor &w3, const float *x, int64_t n,
-                const float *row_weight, float *y, lin kind) const {
-        const int64_t D = c_.dim, I = w1.dim(0);
-        std::vector<float> g(n * I), u(n * I);
-        linear(x, w1, g.data(), n, I, D, kind);
-        linear(x, w3, u.data(), n, I, D, kind);
-        const float lim = c_.swiglu_limit;
-        for (int64_t r = 0; r < n; r++)
-            for (int64_t i = 0; i < I; i++) {
-                float gv = g[size_t(r * I + i)], uv = u[size_t(r * I + i)];
-                if (lim > 0) {
-                    uv = std::clamp(uv, -lim, lim);
-                    gv = std::min(gv, lim);
-                }
-                float h = cpu::silu(gv) * uv;
-                if (row_weight) h = row_weight[r] * h;
-                g[size_t(r * I + i)] = h;
-            }
-        rb(g.data(), n * I);
-        linear(g.data(), w2, y, n, D, I, kind);
+    expert_numerics expert_nm(lin kind) const {
+        expert_numerics nm;
+        nm.official = official_;
+        nm.act_block = c_.fp8_block_in;
+        nm.kind = kind;
+        nm.swiglu_limit = c_.swiglu_limit;
+        return nm;
     }
 
     void moe(const layer_weights &L, const float *x, int64_t S, float *out) const {
@@ -652,18 +535,18 @@ private:
                 std::copy(x + rows[size_t(i)].first * D, x + (rows[size_t(i)].first + 1) * D, xe.data() + i * D);
                 we[size_t(i)] = rows[size_t(i)].second;
             }
-            expert(L.w1[size_t(e)], L.w2[size_t(e)], L.w3[size_t(e)], xe.data(), n, we.data(), ye.data(), lin::FP4);
+            swiglu_expert(expert_nm(lin::FP4), L.w1[size_t(e)], L.w2[size_t(e)], L.w3[size_t(e)], xe.data(), n, D, we.data(), ye.data());
             for (int64_t i = 0; i < n; i++)
                 for (int64_t d = 0; d < D; d++) acc[size_t(rows[size_t(i)].first * D + d)] += ye[size_t(i * D + d)];
         }
         std::vector<float> sh(S * D);
-        expert(L.sw1, L.sw2, L.sw3, x, S, nullptr, sh.data(), lin::FP8);
+        swiglu_expert(expert_nm(lin::FP8), L.sw1, L.sw2, L.sw3, x, S, D, nullptr, sh.data());
         for (int64_t i = 0; i < S * D; i++) out[i] = acc[size_t(i)] + sh[size_t(i)];
         rb(out, S * D);
     }
 
     // ---- one sequence chunk through the whole model (spec 4.1) ---------------------------------
-    void forward(sequence_state &st, const std::vector<int32_t> &tokens, float *logits) const {
+    void forward(sequence_state &st, const std::vector<int32_t> &tokens, float *logits) const override {
         const int64_t S = int64_t(tokens.size()), D = c_.dim, p0 = st.len;
         const int hc = c_.hc_mult;
         if (has_engram_)
@@ -684,23 +567,20 @@ private:
             const layer_weights &L = w_.layers[size_t(l)];
             if (c_.has_engram(l)) engram(L, engram_k++, st, p0, S, X);
 
-            mixes am = hc_mixes(X, S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base);
-            hc_collapse(X, pre_mix, S, x.data());
-            rb(x.data(), S * D);
+            hc_mixes am = mixes_at(X, S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base);
+            collapse(X, pre_mix, S, x.data());
             norm(x.data(), L.attn_norm, S, D);
             attention(L, l, st, x.data(), p0, S, sh, y.data());
-            hc_expand(X, y.data(), am, S);
+            expand(X, y.data(), am, S);
 
-            mixes fm = hc_mixes(X, S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base);
-            hc_collapse(X, am.pre, S, x.data());
-            rb(x.data(), S * D);
+            hc_mixes fm = mixes_at(X, S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base);
+            collapse(X, am.pre, S, x.data());
             norm(x.data(), L.ffn_norm, S, D);
             moe(L, x.data(), S, y.data());
-            hc_expand(X, y.data(), fm, S);
+            expand(X, y.data(), fm, S);
             pre_mix = std::move(fm.pre);
         }
-        hc_collapse(X, pre_mix, S, x.data());
-        rb(x.data(), S * D);
+        collapse(X, pre_mix, S, x.data());
         norm(x.data(), w_.norm, S, D);
         cpu::matmul_nt(x.data(), w_.head.f(), logits, S, c_.vocab_size, D);
         st.len += S;
@@ -713,8 +593,6 @@ private:
     engine_options opt_;
     bool official_ = opt_.mode == numerics::OFFICIAL;
     rope_table rope_main_, rope_compress_;
-    std::map<seq_id, sequence_state> seqs_;
-    seq_id next_id_ = 0;
 };
 
 }  // namespace

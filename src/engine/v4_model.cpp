@@ -35,6 +35,10 @@
 
 #include "backend/cpu/ops.h"
 #include "core/threads.h"
+#include "engine/attention_row.h"
+#include "engine/cpu_engine.h"
+#include "engine/expert.h"
+#include "engine/mhc.h"
 #include "engine/numerics.h"
 #include "engine/rope.h"
 #include "engine/topk.h"
@@ -189,7 +193,7 @@ struct sequence_state {
     std::vector<layer_state> layers;
 };
 
-class v4_engine final : public engine {
+class v4_engine final : public cpu_engine<sequence_state> {
 public:
     v4_engine(model::model_config c, model_weights w, engine_options opt)
         : c_(std::move(c)), w_(std::move(w)), opt_(opt), rope_main_(make_rope_table(c_, false)),
@@ -197,41 +201,14 @@ public:
 
     const model::model_config &config() const override { return c_; }
 
-    seq_id create_sequence() override {
-        seq_id id = next_id_++;
+    sequence_state new_state() const override {
         sequence_state s;
         s.layers.resize(size_t(c_.n_layers));
         for (auto &ls : s.layers) {
             ls.ring.assign(size_t(c_.window) * size_t(c_.head_dim), 0.0f);
             ls.ring_pos.assign(size_t(c_.window), -1);
         }
-        seqs_[id] = std::move(s);
-        return id;
-    }
-    void free_sequence(seq_id s) override { seqs_.erase(s); }
-    int64_t sequence_length(seq_id s) const override {
-        auto it = seqs_.find(s);
-        return it == seqs_.end() ? -1 : it->second.len;
-    }
-
-    Status step(const std::vector<step_input> &inputs, std::vector<Tensor> *logits) override {
-        logits->clear();
-        for (const auto &in : inputs) {
-            auto it = seqs_.find(in.seq);
-            if (it == seqs_.end()) return Status::invalid_argument("unknown sequence " + std::to_string(in.seq));
-            if (in.tokens.empty()) return Status::invalid_argument("step with no tokens");
-            for (int32_t t : in.tokens)
-                if (t < 0 || t >= c_.vocab_size)
-                    return Status::invalid_argument("token id " + std::to_string(t) + " outside the vocabulary");
-        }
-        // Each sequence runs with its own state, one after the other (transformers' batch rows
-        // are independent; there is no cross-sequence interaction to reproduce).
-        for (const auto &in : inputs) {
-            Tensor out = Tensor::f32({int64_t(in.tokens.size()), c_.vocab_size});
-            forward(seqs_[in.seq], in.tokens, out.f());
-            logits->push_back(std::move(out));
-        }
-        return Status::ok();
+        return s;
     }
 
 private:
@@ -239,7 +216,6 @@ private:
     // Every call site names its linear's class from spec 2.1: FP8 (wq_a, wq_b, wkv, wo_b, shared
     // experts, indexer wq_b), FP4 (routed experts), BF16 (wo_a, indexer weights_proj), F32
     // (compressor wkv / wgate, gate, head, hc_*_fn). In TRANSFORMERS numerics all are fp32.
-    static constexpr int64_t ATTN_BLOCK = 64;  // sparse_attn's index block (online softmax)
     static constexpr int64_t KV_QAT_BLOCK = 64;  // FP8 QAT of the nope dims (spec 3.4, 3.5)
     static constexpr int64_t FP4_QAT_BLOCK = 32;  // FP4 QAT of indexer q / keys (spec 2.1)
 
@@ -258,135 +234,53 @@ private:
         rb(x, rows * dim);
     }
 
-    // m[s, :] = rms_unweighted(X[s]) . fn^T over the flattened streams, fp32. transformers norms
-    // first; the reference (OFFICIAL) folds rsqrt(mean(X^2) + eps) in after the GEMV (spec 3.3).
-    void hc_project(const std::vector<float> &X, int64_t S, const Tensor &fn, int64_t n_out, float *m) const {
-        const int64_t flat = int64_t(c_.hc_mult) * c_.dim;
-        if (official_) {
-            cpu::matmul_nt(X.data(), fn.f(), m, S, n_out, flat);
-            for (int64_t s = 0; s < S; s++) {
-                const float *xs = X.data() + s * flat;
-                double ss = 0;
-                for (int64_t i = 0; i < flat; i++) ss += double(xs[i]) * xs[i];
-                const float rs = 1.0f / std::sqrt(float(ss / double(flat)) + c_.norm_eps);
-                for (int64_t j = 0; j < n_out; j++) m[s * n_out + j] *= rs;
-            }
-            return;
-        }
-        std::vector<float> normed(S * flat);
-        cpu::rms_norm(X.data(), nullptr, normed.data(), S, flat, c_.norm_eps);
-        cpu::matmul_nt(normed.data(), fn.f(), m, S, n_out, flat);
+    // ---- mHC (spec 3.3; engine/mhc.h) -------------------------------------------------------
+    // TRANSFORMERS normalizes the streams before the mix projection, OFFICIAL folds the RMS in
+    // after it, as the reference does.
+    void project(const std::vector<float> &X, int64_t S, const Tensor &fn, int64_t n_out, float *m) const {
+        hc_project(X.data(), S, int64_t(c_.hc_mult) * c_.dim, fn, n_out, c_.norm_eps, official_, m);
     }
 
-    // ---- mHC (spec 3.3; transformers DeepseekV4HyperConnection) ---------------------------------
-    struct mixes {
-        std::vector<float> pre, post, comb;  // [S, hc], [S, hc], [S, hc, hc] (comb[j][k])
-    };
-
-    mixes hc_mixes(const std::vector<float> &X, int64_t S, const Tensor &fn, const Tensor &scale,
-                   const Tensor &base) const {
+    hc_mixes mixes_at(const std::vector<float> &X, int64_t S, const Tensor &fn, const Tensor &scale,
+                      const Tensor &base) const {
         const int hc = c_.hc_mult;
         const int64_t n_mix = int64_t(2 + hc) * hc;
         std::vector<float> m(S * n_mix);
-        hc_project(X, S, fn, n_mix, m.data());
-        const float *sc = scale.f(), *b = base.f();
-        mixes r;
-        r.pre.resize(size_t(S * hc));
-        r.post.resize(size_t(S * hc));
-        r.comb.resize(size_t(S * hc * hc));
-        for (int64_t s = 0; s < S; s++) {
-            const float *ms = m.data() + s * n_mix;
-            for (int j = 0; j < hc; j++) {
-                r.pre[size_t(s * hc + j)] = cpu::sigmoid(ms[j] * sc[0] + b[j]) + c_.hc_eps;
-                r.post[size_t(s * hc + j)] = 2.0f * cpu::sigmoid(ms[hc + j] * sc[1] + b[hc + j]);
-            }
-            float *C = r.comb.data() + s * hc * hc;
-            for (int j = 0; j < hc; j++) {  // softmax over k, then + eps
-                float mx = NEG_INF;
-                for (int k = 0; k < hc; k++) {
-                    C[j * hc + k] = ms[2 * hc + j * hc + k] * sc[2] + b[2 * hc + j * hc + k];
-                    mx = std::max(mx, C[j * hc + k]);
-                }
-                float sum = 0;
-                for (int k = 0; k < hc; k++) sum += (C[j * hc + k] = std::exp(C[j * hc + k] - mx));
-                for (int k = 0; k < hc; k++) C[j * hc + k] = C[j * hc + k] / sum + c_.hc_eps;
-            }
-            auto col_norm = [&] {
-                for (int k = 0; k < hc; k++) {
-                    float sum = 0;
-                    for (int j = 0; j < hc; j++) sum += C[j * hc + k];
-                    for (int j = 0; j < hc; j++) C[j * hc + k] /= sum + c_.hc_eps;
-                }
-            };
-            auto row_norm = [&] {
-                for (int j = 0; j < hc; j++) {
-                    float sum = 0;
-                    for (int k = 0; k < hc; k++) sum += C[j * hc + k];
-                    for (int k = 0; k < hc; k++) C[j * hc + k] /= sum + c_.hc_eps;
-                }
-            };
-            col_norm();
-            for (int it = 0; it < c_.hc_sinkhorn_iters - 1; it++) {
-                row_norm();
-                col_norm();
-            }
-        }
-        return r;
+        project(X, S, fn, n_mix, m.data());
+        return hc_split_sinkhorn(m.data(), S, hc, scale.f(), base.f(), c_.hc_eps, c_.hc_sinkhorn_iters);
     }
 
-    // hc_pre's collapse: x[s] = sum_j pre[s, j] * X[s, j]
-    void hc_collapse(const std::vector<float> &X, const std::vector<float> &pre, int64_t S, float *x) const {
-        const int hc = c_.hc_mult;
-        const int64_t D = c_.dim;
-        for (int64_t s = 0; s < S; s++)
-            for (int64_t d = 0; d < D; d++) {
-                float acc = 0;
-                for (int j = 0; j < hc; j++) acc += pre[size_t(s * hc + j)] * X[size_t((s * hc + j) * D + d)];
-                x[s * D + d] = acc;
-            }
+    // x = sum_j pre_j X_j, bf16 under OFFICIAL.
+    void collapse(const std::vector<float> &X, const std::vector<float> &pre, int64_t S, float *x) const {
+        hc_collapse(X.data(), pre.data(), S, c_.hc_mult, c_.dim, x);
+        rb(x, S * c_.dim);
     }
 
-    // hc_post: X[s, k] = post[s, k] * y[s] + sum_j comb[s, j, k] * X[s, j]   (C^T: sum over FIRST index)
-    void hc_expand(std::vector<float> &X, const float *y, const mixes &mx, int64_t S) const {
-        const int hc = c_.hc_mult;
-        const int64_t D = c_.dim;
-        std::vector<float> res(hc * D);
-        for (int64_t s = 0; s < S; s++) {
-            float *Xs = X.data() + s * hc * D;
-            std::copy(Xs, Xs + hc * D, res.begin());
-            const float *C = mx.comb.data() + s * hc * hc;
-            for (int k = 0; k < hc; k++)
-                for (int64_t d = 0; d < D; d++) {
-                    float acc = 0;
-                    for (int j = 0; j < hc; j++) acc += C[j * hc + k] * res[size_t(j * D + d)];
-                    Xs[k * D + d] = mx.post[size_t(s * hc + k)] * y[s * D + d] + acc;
-                }
-            rb(Xs, hc * D);  // OFFICIAL: the residual streams are bf16
-        }
+    // The streams after a sublayer: post * y + comb^T X, bf16 under OFFICIAL.
+    void expand(std::vector<float> &X, const float *y, const hc_mixes &mx, int64_t S) const {
+        hc_expand(X.data(), y, mx, S, c_.hc_mult, c_.dim);
+        rb(X.data(), S * c_.hc_mult * c_.dim);
     }
 
     // hc_head (spec 3.10): pre = sigmoid(mix * scale + base) + eps, collapse.
     void hc_head(const std::vector<float> &X, int64_t S, float *x) const {
         const int hc = c_.hc_mult;
         std::vector<float> m(S * hc), pre(S * hc);
-        hc_project(X, S, w_.hc_head_fn, hc, m.data());
+        project(X, S, w_.hc_head_fn, hc, m.data());
         const float sc = w_.hc_head_scale.f()[0], *b = w_.hc_head_base.f();
         for (int64_t s = 0; s < S; s++)
             for (int j = 0; j < hc; j++)
                 pre[size_t(s * hc + j)] = cpu::sigmoid(m[size_t(s * hc + j)] * sc + b[j]) + c_.hc_eps;
-        hc_collapse(X, pre, S, x);
-        rb(x, S * c_.dim);
+        collapse(X, pre, S, x);
     }
 
     // ---- attention (spec 3.4-3.8) ----------------------------------------------------------------
     const rope_table &rope_for(int layer) const { return c_.ratio(layer) > 0 ? rope_compress_ : rope_main_; }
 
     // Rotates the last rope_head_dim channels of n rows of width dim, one position per row.
-    void rope_rows(float *x, int64_t n, int64_t dim, const int64_t *pos, const rope_table &t, bool inverse) const {
-        std::vector<float> cs(n * t.n_pairs), sn(n * t.n_pairs);
-        t.eval(pos, n, cs.data(), sn.data());
-        cpu::rope_tail(x, n, dim, cs.data(), sn.data(), t.n_pairs, inverse);
-        rb(x, n * dim);  // OFFICIAL: rotated in fp32, written back into the bf16 tensor
+    void rope(float *x, int64_t n, int64_t dim, const int64_t *pos, const rope_table &t, bool inverse) const {
+        rope_rows(x, n, dim, pos, t, inverse);
+        rb(x, n * dim);  // OFFICIAL: fp32 rotation written back into the bf16 tensor
     }
 
     // OFFICIAL indexer q / key quantization (spec 2.1, 3.5, 3.8): rotate_activation (Hadamard,
@@ -482,7 +376,7 @@ private:
         norm(latent.data(), cw.norm, groups, d);
         std::vector<int64_t> pos(groups);
         for (int64_t g = 0; g < groups; g++) pos[size_t(g)] = (st.n_entries + g) * ratio;
-        rope_rows(latent.data(), groups, d, pos.data(), rope_compress_, false);
+        rope(latent.data(), groups, d, pos.data(), rope_compress_, false);
         if (official_) {
             if (rotate)
                 rotate_fp4(latent.data(), groups, d);
@@ -512,7 +406,7 @@ private:
         std::vector<int64_t> qpos(S * ih);
         for (int64_t s = 0; s < S; s++)
             for (int64_t h = 0; h < ih; h++) qpos[size_t(s * ih + h)] = p0 + s;
-        rope_rows(q.data(), S * ih, ihd, qpos.data(), rope_compress_, false);
+        rope(q.data(), S * ih, ihd, qpos.data(), rope_compress_, false);
         if (official_) rotate_fp4(q.data(), S * ih, ihd);
         linear(x, L.i_weights_proj, w.data(), S, ih, c_.dim, lin::BF16);
         const float qk_scale = 1.0f / std::sqrt(float(ihd)), head_scale = 1.0f / std::sqrt(float(ih));
@@ -576,10 +470,10 @@ private:
             cpu::rms_norm_unweighted_bf16(q.data(), S * H, hd, c_.norm_eps);
         else
             cpu::rms_norm(q.data(), nullptr, q.data(), S * H, hd, c_.norm_eps);
-        rope_rows(q.data(), S * H, hd, hpos.data(), rt, false);
+        rope(q.data(), S * H, hd, hpos.data(), rt, false);
         linear(x, L.wkv, kv.data(), S, hd, D, lin::FP8);
         norm(kv.data(), L.kv_norm, S, hd);
-        rope_rows(kv.data(), S, hd, pos.data(), rt, false);
+        rope(kv.data(), S, hd, pos.data(), rt, false);
         // transformers deviation (1): no FP8 QAT sim of kv[..., :nope] (block 64); OFFICIAL does
         // it after RoPE, the rope dims stay bf16.
         if (official_) cpu::fake_quant_fp8_ue8m0_cols(kv.data(), S, hd, hd - c_.rope_head_dim, KV_QAT_BLOCK);
@@ -612,7 +506,7 @@ private:
         const float *sink = L.attn_sink.f();
         // OFFICIAL: the reference's index list per query is [window | compressed]: the window part
         // chronological, -1-padded to its width (min(S, W) for a prefill from 0, W otherwise),
-        // then the compressed entries; the kernel walks it in blocks of ATTN_BLOCK. The padding
+        // then the compressed entries; the kernel walks it in blocks of 64 (engine/attention_row). The padding
         // matters only in that it shifts the later entries' block boundaries.
         const int64_t wwidth = p0 == 0 ? std::min(S, W) : W;
         if (official_) {  // chronological window keys
@@ -630,8 +524,7 @@ private:
         }
         parallel_for(S * H, [&](int64_t r0, int64_t r1) {
             std::vector<const float *> keys;
-            std::vector<float> sc;
-            std::vector<float> acc(official_ ? hd : 0);
+            attn_scratch scratch;
             for (int64_t r = r0; r < r1; r++) {
                 const int64_t s = r / H, h = r % H, p = p0 + s;
                 keys.clear();
@@ -645,27 +538,7 @@ private:
                     const int64_t visible = std::min<int64_t>((p + 1) / ratio, ls.comp.n_entries);
                     for (int64_t e = 0; e < visible; e++) keys.push_back(centries + e * hd);
                 }
-                const float *qh = q.data() + r * hd;
-                float *oh = o.data() + r * hd;
-                if (official_) {
-                    sparse_attn_row(qh, keys, sink[h], scale, hd, sc, acc.data(), oh);
-                    continue;
-                }
-                sc.resize(keys.size());
-                float mx = sink[h];
-                for (size_t i = 0; i < keys.size(); i++) {
-                    float dot = 0;
-                    for (int64_t dd = 0; dd < hd; dd++) dot += qh[dd] * keys[i][dd];
-                    sc[i] = dot * scale;
-                    mx = std::max(mx, sc[i]);
-                }
-                float den = std::exp(sink[h] - mx);
-                for (size_t i = 0; i < keys.size(); i++) den += (sc[i] = std::exp(sc[i] - mx));
-                std::fill(oh, oh + hd, 0.0f);
-                for (size_t i = 0; i < keys.size(); i++) {
-                    const float p_i = sc[i] / den;
-                    for (int64_t dd = 0; dd < hd; dd++) oh[dd] += p_i * keys[i][dd];
-                }
+                attend_row(q.data() + r * hd, keys, sink[h], scale, hd, official_, scratch, o.data() + r * hd);
             }
         });
 
@@ -677,7 +550,7 @@ private:
         }
 
         // Inverse RoPE at the query position, then the grouped output projection.
-        rope_rows(o.data(), S * H, hd, hpos.data(), rt, true);
+        rope(o.data(), S * H, hd, hpos.data(), rt, true);
         const int64_t G = c_.o_groups, gin = H * hd / G, R = c_.o_lora_rank;
         std::vector<float> z(S * G * R), og(S * gin), zg(S * R);
         for (int64_t g = 0; g < G; g++) {
@@ -689,75 +562,17 @@ private:
         linear(z.data(), L.wo_b, out, S, D, G * R, lin::FP8);
     }
 
-    // OFFICIAL sparse attention of one query head over its index list (nullptr = index -1), as
-    // the reference kernel computes it: scores in fp32; online softmax over blocks of
-    // ATTN_BLOCK indices with the running max over real scores only; each block's
-    // exp(score - max) summed in fp32 into the denominator and cast to bf16 for the P.V product
-    // (fp32 accumulation, rescaled when the max grows); the sink exp(sink - max) joins the
-    // denominator at the end; the output is bf16.
-    static void sparse_attn_row(const float *qh, const std::vector<const float *> &keys, float sink, float scale,
-                                int64_t hd, std::vector<float> &sc, float *acc, float *oh) {
-        const int64_t n = int64_t(keys.size());
-        sc.resize(keys.size());
-        std::fill(acc, acc + hd, 0.0f);
-        float mx = NEG_INF, den = 0;
-        for (int64_t b0 = 0; b0 < n; b0 += ATTN_BLOCK) {
-            const int64_t b1 = std::min(n, b0 + ATTN_BLOCK);
-            float bmx = mx;
-            for (int64_t i = b0; i < b1; i++) {
-                if (!keys[size_t(i)]) continue;
-                float dot = 0;
-                for (int64_t dd = 0; dd < hd; dd++) dot += qh[dd] * keys[size_t(i)][dd];
-                sc[size_t(i)] = dot * scale;
-                bmx = std::max(bmx, sc[size_t(i)]);
-            }
-            if (bmx == NEG_INF) continue;  // nothing valid yet
-            const float rescale = std::exp(mx - bmx);
-            float bsum = 0;
-            for (int64_t i = b0; i < b1; i++)
-                if (keys[size_t(i)]) bsum += (sc[size_t(i)] = std::exp(sc[size_t(i)] - bmx));
-            den = den * rescale + bsum;
-            for (int64_t dd = 0; dd < hd; dd++) acc[dd] *= rescale;
-            for (int64_t i = b0; i < b1; i++) {
-                if (!keys[size_t(i)]) continue;
-                const float p_i = round_bf16(sc[size_t(i)]);
-                for (int64_t dd = 0; dd < hd; dd++) acc[dd] += p_i * keys[size_t(i)][dd];
-            }
-            mx = bmx;
-        }
-        den += std::exp(sink - mx);
-        for (int64_t dd = 0; dd < hd; dd++) oh[dd] = round_bf16(acc[dd] / den);
-    }
-
     // ---- MoE (spec 3.9; transformers DeepseekV4SparseMoeBlock) ---------------------------------
-    // One SwiGLU expert on n rows: y = w2(silu(min(w1 x, L)) * clamp(w3 x, -L, L)), then each
-    // row times its routing weight. transformers deviation (5): the weight scales w2's output
-    // (reference: hmid before w2). Shared expert: same clamp, no weight (see the file comment).
-    // OFFICIAL (spec 3.9): w1 / w3 outputs bf16 (upcast), the SwiGLU and the routing weight in
-    // fp32, then w2(bf16(hmid)) with a bf16 output.
-    void expert(const Tensor &w1, const Tensor &w2, const Tensor &w3, const float *x, int64_t n,
-                const float *row_weight, float *y, lin kind) const {
-        const int64_t D = c_.dim, I = w1.dim(0);
-        std::vector<float> g(n * I), u(n * I);
-        linear(x, w1, g.data(), n, I, D, kind);
-        linear(x, w3, u.data(), n, I, D, kind);
-        const float lim = c_.swiglu_limit;
-        for (int64_t i = 0; i < n * I; i++) {
-            float gv = g[size_t(i)], uv = u[size_t(i)];
-            if (lim > 0) {
-                uv = std::clamp(uv, -lim, lim);
-                gv = std::min(gv, lim);
-            }
-            g[size_t(i)] = cpu::silu(gv) * uv;
-        }
-        if (official_ && row_weight)
-            for (int64_t r = 0; r < n; r++)
-                for (int64_t i = 0; i < I; i++) g[size_t(r * I + i)] = row_weight[r] * g[size_t(r * I + i)];
-        rb(g.data(), n * I);
-        linear(g.data(), w2, y, n, D, I, kind);
-        if (!official_ && row_weight)
-            for (int64_t r = 0; r < n; r++)
-                for (int64_t d = 0; d < D; d++) y[r * D + d] *= row_weight[r];
+    // Routed and shared experts (engine/expert.h). transformers deviation (5): the routing weight
+    // scales w2's output (reference, OFFICIAL: the SwiGLU output before w2, in fp32).
+    expert_numerics expert_nm(lin kind) const {
+        expert_numerics nm;
+        nm.official = official_;
+        nm.act_block = c_.fp8_block_in;
+        nm.kind = kind;
+        nm.swiglu_limit = c_.swiglu_limit;
+        nm.weight_after_w2 = !official_;
+        return nm;
     }
 
     void moe(const layer_weights &L, int layer, const float *x, const std::vector<int32_t> &tokens, int64_t S,
@@ -800,13 +615,13 @@ private:
                 std::copy(x + rows[size_t(i)].first * D, x + (rows[size_t(i)].first + 1) * D, xe.data() + i * D);
                 we[size_t(i)] = rows[size_t(i)].second;
             }
-            expert(L.w1[size_t(e)], L.w2[size_t(e)], L.w3[size_t(e)], xe.data(), n, we.data(), ye.data(), lin::FP4);
+            swiglu_expert(expert_nm(lin::FP4), L.w1[size_t(e)], L.w2[size_t(e)], L.w3[size_t(e)], xe.data(), n, D, we.data(), ye.data());
             for (int64_t i = 0; i < n; i++)
                 for (int64_t d = 0; d < D; d++) acc[size_t(rows[size_t(i)].first * D + d)] += ye[size_t(i * D + d)];
         }
         if (c_.n_shared_experts > 0) {
             std::vector<float> sh(S * D);
-            expert(L.sw1, L.sw2, L.sw3, x, S, nullptr, sh.data(), lin::FP8);
+            swiglu_expert(expert_nm(lin::FP8), L.sw1, L.sw2, L.sw3, x, S, D, nullptr, sh.data());
             for (int64_t i = 0; i < S * D; i++) out[i] = acc[size_t(i)] + sh[size_t(i)];
         } else {
             std::copy(acc.begin(), acc.end(), out);
@@ -815,7 +630,7 @@ private:
     }
 
     // ---- one sequence chunk through the whole model (spec 3.1-3.10) ---------------------------
-    void forward(sequence_state &st, const std::vector<int32_t> &tokens, float *logits) const {
+    void forward(sequence_state &st, const std::vector<int32_t> &tokens, float *logits) const override {
         const int64_t S = int64_t(tokens.size()), D = c_.dim, p0 = st.len;
         const int hc = c_.hc_mult;
 
@@ -831,19 +646,17 @@ private:
             const layer_weights &L = w_.layers[size_t(l)];
             layer_state &ls = st.layers[size_t(l)];
 
-            mixes am = hc_mixes(X, S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base);
-            hc_collapse(X, am.pre, S, x.data());
-            rb(x.data(), S * D);
+            hc_mixes am = mixes_at(X, S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base);
+            collapse(X, am.pre, S, x.data());
             norm(x.data(), L.attn_norm, S, D);
             attention(L, l, ls, x.data(), p0, S, y.data());
-            hc_expand(X, y.data(), am, S);
+            expand(X, y.data(), am, S);
 
-            mixes fm = hc_mixes(X, S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base);
-            hc_collapse(X, fm.pre, S, x.data());
-            rb(x.data(), S * D);
+            hc_mixes fm = mixes_at(X, S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base);
+            collapse(X, fm.pre, S, x.data());
             norm(x.data(), L.ffn_norm, S, D);
             moe(L, l, x.data(), tokens, S, y.data());
-            hc_expand(X, y.data(), fm, S);
+            expand(X, y.data(), fm, S);
         }
         hc_head(X, S, x.data());
         norm(x.data(), w_.norm, S, D);
@@ -856,8 +669,6 @@ private:
     engine_options opt_;
     bool official_ = opt_.mode == numerics::OFFICIAL;
     rope_table rope_main_, rope_compress_;
-    std::map<seq_id, sequence_state> seqs_;
-    seq_id next_id_ = 0;
 };
 
 }  // namespace
