@@ -413,8 +413,8 @@ TEST(config_invariants, v41_shapes) {
         t["qk_rope_head_dim"] = 512;
         t["index_head_dim"] = 1024;
     }, "must be < head_dim");
-    expect_v41_invalid([](json &t) { t["head_dim"] = 528; }, "head_dim");
-    expect_v41_invalid([](json &t) { t["index_head_dim"] = 80; }, "index_head_dim");
+    expect_v41_invalid([](json &t) { t["head_dim"] = 524; }, "head_dim");  // not a multiple of 8
+    expect_v41_invalid([](json &t) { t["index_head_dim"] = 84; }, "index_head_dim");
     expect_v41_invalid([](json &t) { t["hidden_size"] = 5136; }, "hidden_size");
     expect_v41_invalid([](json &t) { t["moe_intermediate_size"] = 2300; }, "moe_intermediate_size");
     expect_v41_invalid([](json &t) { t["hidden_size"] = 0; }, "hidden_size: must be > 0");

@@ -7,6 +7,17 @@
 //  - a prefill split into uneven chunks reproduces them too (state carried across calls).
 // The limit is the acceptance bound: both sides compute in fp32, so anything above a few
 // 1e-6 is a semantic difference, not rounding.
+//
+// Except where the V4.1 cache QATs are on (head widths that are whole numbers of their blocks):
+// there an FP8/FP4 code whose input lies within fp32 noise of a rounding boundary flips between
+// any two fp32 implementations, and one flip moves the logits by ~1e-3. This is a property of
+// the oracle, not of the engine: transformers' own float32 and float64 runs of the same fixture
+// differ by up to 1e-3, and 2e-6 of noise on the QAT inputs moves its logits by more than 2e-5
+// on most 40-token prompts (tools/fixtures/make_fixtures.py measures both). For those fixtures
+// the logits bound is QAT_FLIP_LIMIT, the greedy tokens and every argmax must still agree, and
+// the state is checked exactly against the engine's own prefill (teacher-forced decode and
+// chunked prefill reproduce it to fp32 rounding). The QAT-free fixtures
+// (deepseek-v41-flash-noqat-*, and V4) hold the full 1e-4 everywhere.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +26,7 @@
 
 #include "engine/engine.h"
 #include "io/safetensors.h"
+#include "model/config.h"
 
 using namespace ds41rt;
 namespace fs = std::filesystem;
@@ -22,6 +34,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr double REL_LIMIT = 1e-4;
+constexpr double QAT_FLIP_LIMIT = 5e-3;
+constexpr double SELF_LIMIT = 1e-5;  // the engine against itself: summation order only
 
 double rel_err(const float *a, const float *b, int64_t n) {
     double num = 0, den = 0;
@@ -57,14 +71,15 @@ expected_seq read_seq(const io::safetensors_file &f, const std::string &prefix) 
     return e;
 }
 
-void expect_rows(const std::string &what, const Tensor &got, const float *want, int64_t rows, int64_t vocab) {
+void expect_rows(const std::string &what, const Tensor &got, const float *want, int64_t rows, int64_t vocab,
+                 double limit) {
     ASSERT_EQ(got.dim(0), rows) << what;
     double worst = 0;
     for (int64_t r = 0; r < rows; r++) {
         const float *g = got.data<float>() + r * vocab, *w = want + r * vocab;
         double e = rel_err(g, w, vocab);
         worst = std::max(worst, e);
-        EXPECT_LE(e, REL_LIMIT) << what << " row " << r;
+        EXPECT_LE(e, limit) << what << " row " << r;
         EXPECT_EQ(argmax(g, vocab), argmax(w, vocab)) << what << " row " << r;
     }
     std::printf("    %-40s rows %3lld  max rel err %.3g\n", what.c_str(), (long long)rows, worst);
@@ -88,9 +103,14 @@ TEST_P(EngineFixture, MatchesTransformers) {
     ASSERT_TRUE(opened.is_ok()) << opened.status().to_string();
     engine::engine &eng = *opened.value();
     const int64_t V = eng.config().vocab_size;
+    const model::model_config &c = eng.config();
+    const bool cache_qat = c.model_arch == model::arch::V41 &&
+                           (c.head_dim % 32 == 0 || c.head_dim % 16 == 0 || c.index_head_dim % 32 == 0);
+    const double limit = cache_qat ? QAT_FLIP_LIMIT : REL_LIMIT;
     auto ef = io::safetensors_file::open((dir / "expected.safetensors").string());
     ASSERT_TRUE(ef.is_ok()) << ef.status().to_string();
     const io::safetensors_file &f = *ef.value();
+    Tensor own_prefill;  // the engine's own prefill logits of the main prompt
 
     // Single sequence: prefill, then greedy decode fed with the reference ids.
     {
@@ -98,11 +118,12 @@ TEST_P(EngineFixture, MatchesTransformers) {
         engine::seq_id s = eng.create_sequence();
         std::vector<Tensor> out;
         ASSERT_TRUE(eng.step({{s, e.prompt}}, &out).is_ok());
-        expect_rows("single prefill", out[0], e.prompt_logits.data<float>(), int64_t(e.prompt.size()), V);
+        own_prefill = out[0];
+        expect_rows("single prefill", out[0], e.prompt_logits.data<float>(), int64_t(e.prompt.size()), V, limit);
         EXPECT_EQ(argmax(out[0].data<float>() + (out[0].dim(0) - 1) * V, V), e.gen[0]);
         for (size_t i = 0; i + 1 < e.gen.size(); i++) {
             ASSERT_TRUE(eng.step({{s, {e.gen[i]}}}, &out).is_ok());
-            expect_rows("single decode " + std::to_string(i), out[0], e.gen_logits.data<float>() + i * V, 1, V);
+            expect_rows("single decode " + std::to_string(i), out[0], e.gen_logits.data<float>() + i * V, 1, V, limit);
             EXPECT_EQ(argmax(out[0].data<float>(), V), e.gen[i + 1]) << "greedy step " << i;
         }
         eng.free_sequence(s);
@@ -116,7 +137,9 @@ TEST_P(EngineFixture, MatchesTransformers) {
         for (size_t t = 0; t < e.prompt.size(); t++) {
             ASSERT_TRUE(eng.step({{s, {e.prompt[t]}}}, &out).is_ok());
             double err = rel_err(out[0].data<float>(), e.prompt_logits.data<float>() + int64_t(t) * V, V);
-            EXPECT_LE(err, REL_LIMIT) << "teacher-forced position " << t;
+            EXPECT_LE(err, limit) << "teacher-forced position " << t;
+            EXPECT_LE(rel_err(out[0].data<float>(), own_prefill.data<float>() + int64_t(t) * V, V), SELF_LIMIT)
+                << "teacher-forced position " << t << " vs the engine's prefill";
         }
         eng.free_sequence(s);
     }
@@ -135,7 +158,10 @@ TEST_P(EngineFixture, MatchesTransformers) {
             for (size_t i = 0; i < n; i++) {
                 double err = rel_err(out[1].data<float>() + int64_t(i) * V,
                                      e.prompt_logits.data<float>() + int64_t(at + i) * V, V);
-                EXPECT_LE(err, REL_LIMIT) << "chunked prefill position " << at + i;
+                EXPECT_LE(err, limit) << "chunked prefill position " << at + i;
+                EXPECT_LE(rel_err(out[1].data<float>() + int64_t(i) * V, own_prefill.data<float>() + int64_t(at + i) * V, V),
+                          SELF_LIMIT)
+                    << "chunked prefill position " << at + i << " vs the engine's prefill";
             }
             at += n;
         }
@@ -158,14 +184,14 @@ TEST_P(EngineFixture, MatchesTransformers) {
         ASSERT_TRUE(eng.step(in, &out).is_ok());
         for (int i = 0; i < n; i++)
             expect_rows("batch " + std::to_string(i) + " prefill", out[size_t(i)], es[size_t(i)].prompt_logits.data<float>(),
-                        int64_t(es[size_t(i)].prompt.size()), V);
+                        int64_t(es[size_t(i)].prompt.size()), V, limit);
         const size_t steps = es[0].gen.size() - 1;
         for (size_t k = 0; k < steps; k++) {
             for (int i = 0; i < n; i++) in[size_t(i)].tokens = {es[size_t(i)].gen[k]};
             ASSERT_TRUE(eng.step(in, &out).is_ok());
             for (int i = 0; i < n; i++) {
                 const float *want = es[size_t(i)].gen_logits.data<float>() + int64_t(k) * V;
-                EXPECT_LE(rel_err(out[size_t(i)].data<float>(), want, V), REL_LIMIT) << "batch " << i << " step " << k;
+                EXPECT_LE(rel_err(out[size_t(i)].data<float>(), want, V), limit) << "batch " << i << " step " << k;
                 EXPECT_EQ(argmax(out[size_t(i)].data<float>(), V), es[size_t(i)].gen[k + 1]) << "batch " << i << " step " << k;
             }
         }
