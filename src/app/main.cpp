@@ -11,6 +11,7 @@ int main(int argc, char **argv) {
     ds41rt::app::command_list cmds;
     ds41rt::app::register_inspect(app, cmds);
     ds41rt::app::register_generate(app, cmds);
+    ds41rt::app::register_serve(app, cmds);
     CLI11_PARSE(app, argc, argv);
     for (auto &c : cmds)
         if (c.sub->parsed()) return c.run();

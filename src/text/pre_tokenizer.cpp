@@ -140,6 +140,44 @@ size_t match_main(const subject &sub, size_t p) {
     return q - p;
 }
 
+// GPT-2's single regex (HF ByteLevel with use_regex=true), alternative by alternative.
+size_t match_gpt2(const subject &sub, size_t p) {
+    const ch c0 = sub.at(p);
+    // 's|'t|'re|'ve|'m|'ll|'d
+    if (c0.cp == '\'') {
+        static constexpr std::string_view SUFFIXES[] = {"s", "t", "re", "ve", "m", "ll", "d"};
+        std::string_view rest(reinterpret_cast<const char *>(sub.s) + p + 1, sub.n - p - 1);
+        for (std::string_view suf : SUFFIXES)
+            if (rest.substr(0, suf.size()) == suf) return 1 + suf.size();
+    }
+    // ' ?X+' for X = letters, numbers, and "other" (not space, letter, number; invalid bytes match nothing).
+    auto is_other = [](const ch &c) {
+        return c.cp != END && !(c.cls & (UCLASS_WS | UCLASS_L | UCLASS_N | UCLASS_INVALID));
+    };
+    auto run = [&](auto &&pred) -> size_t {
+        size_t q = p;
+        if (c0.cp == ' ' && pred(sub.at(p + 1))) q = p + 1;
+        if (!pred(sub.at(q))) return 0;
+        for (ch c = sub.at(q); pred(c); c = sub.at(q)) q += c.len;
+        return q - p;
+    };
+    if (size_t m = run([](const ch &c) { return (c.cls & UCLASS_L) != 0; })) return m;
+    if (size_t m = run([](const ch &c) { return (c.cls & UCLASS_N) != 0; })) return m;
+    if (size_t m = run(is_other)) return m;
+    if (!(c0.cls & UCLASS_WS)) return 0;
+    size_t q = p, last_start = p, n_chars = 0;
+    for (ch c = sub.at(q); c.cls & UCLASS_WS; c = sub.at(q)) {
+        last_start = q;
+        q += c.len;
+        ++n_chars;
+    }
+    // \s+(?!\S), else \s+
+    ch next = sub.at(q);
+    if (next.cp == END || (next.cls & UCLASS_INVALID)) return q - p;
+    if (n_chars >= 2) return last_start - p;
+    return q - p;
+}
+
 constexpr const char *PATTERN_DIGITS = "\\p{N}{1,3}";
 constexpr const char *PATTERN_CJK = "[\xE4\xB8\x80-\xE9\xBE\xA5\xE3\x81\x80-\xE3\x82\x9F\xE3\x82\xA0-\xE3\x83\xBF]+";
 constexpr const char *PATTERN_MAIN =
@@ -170,7 +208,11 @@ bool is_split(const nlohmann::json &j, const char *pattern, std::string *why) {
 
 }  // namespace
 
-void pre_tokenize(std::string_view text, std::vector<std::string_view> *pieces) {
+void pre_tokenize(std::string_view text, std::vector<std::string_view> *pieces, pre_tokenizer_kind kind) {
+    if (kind == pre_tokenizer_kind::GPT2) {
+        isolated_split(text, match_gpt2, [&](std::string_view piece) { pieces->push_back(piece); });
+        return;
+    }
     auto main_pass = [&](std::string_view s) {
         isolated_split(s, match_main, [&](std::string_view piece) { pieces->push_back(piece); });
     };
@@ -195,6 +237,19 @@ bool pre_tokenizer_is_deepseek(const nlohmann::json &pre, std::string *why) {
         return false;
     }
     return true;
+}
+
+bool pre_tokenizer_kind_of(const nlohmann::json &pre, pre_tokenizer_kind *kind, std::string *why) {
+    if (pre.is_object() && pre.value("type", "") == "ByteLevel") {
+        if (pre.value("add_prefix_space", true) || !pre.value("use_regex", true)) {
+            *why = "a lone ByteLevel pre-tokenizer must have use_regex true and add_prefix_space false: " + pre.dump();
+            return false;
+        }
+        *kind = pre_tokenizer_kind::GPT2;
+        return true;
+    }
+    *kind = pre_tokenizer_kind::DEEPSEEK;
+    return pre_tokenizer_is_deepseek(pre, why);
 }
 
 }  // namespace ds41rt::text

@@ -37,6 +37,7 @@ struct tokenizer::impl {
     added_token_matcher raw_added;         // normalized=false: HF's first pass
     added_token_matcher normalized_added;  // normalized=true: HF's second pass (no normalizer here)
     size_t n_added = 0;
+    pre_tokenizer_kind pre_kind = pre_tokenizer_kind::DEEPSEEK;
 
     word_cache cache;
 
@@ -50,7 +51,7 @@ void tokenizer::impl::encode_words(std::string_view text, std::vector<int32_t> *
     if (text.empty()) return;
     thread_local std::vector<std::string_view> words;
     words.clear();
-    pre_tokenize(text, &words);
+    pre_tokenize(text, &words, pre_kind);
     for (std::string_view w : words) {
         if (w.size() == 1 || w.size() > word_cache::MAX_PIECE) {
             merges->encode_piece(w, ids);
@@ -107,12 +108,18 @@ Result<tokenizer> tokenizer::parse(std::string_view json_text, const std::string
         if (!empty_seq) return unsupported("normalizer " + n.dump() + " (only none is supported)");
     }
     std::string why;
-    if (!j.contains("pre_tokenizer") || !pre_tokenizer_is_deepseek(j["pre_tokenizer"], &why))
+    pre_tokenizer_kind pre_kind = pre_tokenizer_kind::DEEPSEEK;
+    if (!j.contains("pre_tokenizer") || !pre_tokenizer_kind_of(j["pre_tokenizer"], &pre_kind, &why))
         return unsupported("pre_tokenizer: " + (why.empty() ? std::string("missing") : why));
     if (!j.contains("decoder") || !j["decoder"].is_object() || j["decoder"].value("type", "") != "ByteLevel")
         return unsupported("decoder must be ByteLevel");
+    // A TemplateProcessing whose single-sequence template is just the sequence adds nothing.
+    auto adds_nothing = [](const json &pp) {
+        return pp.value("type", "") == "TemplateProcessing" && pp.contains("single") && pp["single"].is_array() &&
+               pp["single"].size() == 1 && pp["single"][0].contains("Sequence");
+    };
     if (j.contains("post_processor") && !j["post_processor"].is_null() &&
-        j["post_processor"].value("type", "") != "ByteLevel")
+        j["post_processor"].value("type", "") != "ByteLevel" && !adds_nothing(j["post_processor"]))
         return unsupported("post_processor " + j["post_processor"].value("type", std::string("?")) +
                            " would add tokens (only ByteLevel or none is supported)");
     if (!j.contains("model") || !j["model"].is_object()) return corrupt("no model");
@@ -127,6 +134,7 @@ Result<tokenizer> tokenizer::parse(std::string_view json_text, const std::string
     if (!model.contains("merges") || !model["merges"].is_array()) return corrupt("model.merges missing");
 
     auto p = std::make_unique<impl>();
+    p->pre_kind = pre_kind;
     const json &vocab = model["vocab"];
     const json added = j.value("added_tokens", json::array());
     if (!added.is_array()) return corrupt("added_tokens is not an array");
