@@ -59,12 +59,7 @@ struct model_weights {
 };
 
 Status load_weights(const model::model_config &c, const weight_source &src, model_weights *w) {
-    auto get = [&](const std::string &name, Tensor *out) -> Status {
-        auto r = src(name);
-        if (!r) return r.status();
-        *out = std::move(r.value());
-        return Status::ok();
-    };
+    auto get = [&](const std::string &name, Tensor *out) { return fetch_weight(src, name, out); };
     DS41RT_RETURN_IF_ERROR(get("embed.weight", &w->embed));
     DS41RT_RETURN_IF_ERROR(get("head.weight", &w->head));
     DS41RT_RETURN_IF_ERROR(get("norm.weight", &w->norm));
@@ -103,15 +98,7 @@ Status load_weights(const model::model_config &c, const weight_source &src, mode
             DS41RT_RETURN_IF_ERROR(get(p + "engram.q_weight", &L.e_q));
             DS41RT_RETURN_IF_ERROR(get(p + "engram.k_weight", &L.e_k));
         }
-        L.w1.resize(size_t(c.n_routed_experts));
-        L.w2.resize(size_t(c.n_routed_experts));
-        L.w3.resize(size_t(c.n_routed_experts));
-        for (int e = 0; e < c.n_routed_experts; e++) {
-            const std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
-            DS41RT_RETURN_IF_ERROR(get(ep + "w1.weight", &L.w1[size_t(e)]));
-            DS41RT_RETURN_IF_ERROR(get(ep + "w2.weight", &L.w2[size_t(e)]));
-            DS41RT_RETURN_IF_ERROR(get(ep + "w3.weight", &L.w3[size_t(e)]));
-        }
+        DS41RT_RETURN_IF_ERROR(fetch_experts(src, p + "ffn.experts.", c.n_routed_experts, &L.w1, &L.w2, &L.w3));
     }
     return Status::ok();
 }

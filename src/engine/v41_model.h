@@ -3,15 +3,12 @@
 // Internal to the engine room: engine::open() builds one of these for model_type deepseek_v41.
 #pragma once
 
-#include <functional>
 #include <memory>
 
 #include "engine/engine.h"
+#include "engine/weight_source.h"
 
 namespace ds41rt::engine {
-
-// Fetches a weight by its checkpoint name, dequantized to fp32.
-using weight_source = std::function<Result<Tensor>(const std::string &name)>;
 
 // Extra tables the Engram hash needs beyond the checkpoint: the compressed token map [vocab]
 // and, for configs other than the released one, the hash multipliers [layers * max_ngram].

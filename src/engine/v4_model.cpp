@@ -76,12 +76,7 @@ struct model_weights {
 };
 
 Status load_weights(const model::model_config &c, const weight_source &src, model_weights *w) {
-    auto get = [&](const std::string &name, Tensor *out) -> Status {
-        auto r = src(name);
-        if (!r) return r.status();
-        *out = std::move(r.value());
-        return Status::ok();
-    };
+    auto get = [&](const std::string &name, Tensor *out) { return fetch_weight(src, name, out); };
     auto expect = [&](const Tensor &t, const std::string &name, std::initializer_list<int64_t> shape) -> Status {
         if (t.shape() != shape_t(shape))
             return Status::invalid_argument(name + ": shape " + shape_str(t.shape()) + ", expected " +
@@ -154,15 +149,7 @@ Status load_weights(const model::model_config &c, const weight_source &src, mode
             DS41RT_RETURN_IF_ERROR(get(p + "ffn.shared_experts.w2.weight", &L.sw2));
             DS41RT_RETURN_IF_ERROR(get(p + "ffn.shared_experts.w3.weight", &L.sw3));
         }
-        L.w1.resize(size_t(c.n_routed_experts));
-        L.w2.resize(size_t(c.n_routed_experts));
-        L.w3.resize(size_t(c.n_routed_experts));
-        for (int e = 0; e < c.n_routed_experts; e++) {
-            const std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
-            DS41RT_RETURN_IF_ERROR(get(ep + "w1.weight", &L.w1[size_t(e)]));
-            DS41RT_RETURN_IF_ERROR(get(ep + "w2.weight", &L.w2[size_t(e)]));
-            DS41RT_RETURN_IF_ERROR(get(ep + "w3.weight", &L.w3[size_t(e)]));
-        }
+        DS41RT_RETURN_IF_ERROR(fetch_experts(src, p + "ffn.experts.", c.n_routed_experts, &L.w1, &L.w2, &L.w3));
     }
     return Status::ok();
 }

@@ -7,17 +7,14 @@
 // Each place where the two differ is commented in v4_model.cpp.
 #pragma once
 
-#include <functional>
 #include <memory>
 
 #include "engine/engine.h"
+#include "engine/weight_source.h"
 
 namespace ds41rt::engine {
 
-// Fetches a weight by its checkpoint name, dequantized to fp32 (same contract as V4.1's; the
-// integer table ffn.gate.tid2eid arrives converted to fp32 and is converted back at load).
-using weight_source = std::function<Result<Tensor>(const std::string &name)>;
-
+// w: the integer table ffn.gate.tid2eid arrives converted to fp32 and is converted back at load.
 Result<std::unique_ptr<engine>> make_v4_engine(const model::model_config &c, const weight_source &w,
                                                const engine_options &opt);
 
