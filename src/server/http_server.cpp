@@ -2,6 +2,7 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -67,6 +68,7 @@ struct http_server::impl {
     std::atomic<bool> ready{false};
     std::atomic<uint64_t> next_id{1};
     int bound_port = -1;
+    int listen_fd = -1;  // the listening socket, seen by the socket-options hook before bind
     std::mutex counters_mu;
     http_counters counters;  // guarded by counters_mu
 
@@ -246,6 +248,12 @@ struct http_server::impl {
 
     void install() {
         svr.set_payload_max_length(opt.max_body_bytes);
+        // httplib's defaults (SO_REUSEADDR, ...), and the socket remembered so bind() can widen its
+        // accept backlog (see there).
+        svr.set_socket_options([this](socket_t sock) {
+            httplib::default_socket_options(sock);
+            listen_fd = int(sock);
+        });
         const serving::scheduler_options &so = sched.options();
         const size_t threads = opt.worker_threads > 0 ? size_t(opt.worker_threads)
                                                       : size_t(so.max_running) + size_t(so.max_queue) + 4;
@@ -298,6 +306,13 @@ Status http_server::bind() {
             return Status::unavailable("cannot bind " + impl_->opt.host + ":" + std::to_string(impl_->opt.port));
         impl_->bound_port = impl_->opt.port;
     }
+    // The httplib build we link (Debian's libcpp-httplib 0.11) listens with a backlog of 5: a burst
+    // of more simultaneous connects than that overflows the accept queue, the kernel drops the
+    // handshakes, and under load some clients get "connection reset by peer" instead of a slow
+    // start (tests/e2e/test_concurrency.py: 64 clients at once). Linux lets listen() on a
+    // listening socket change its backlog; the kernel caps it at net.core.somaxconn.
+    if (impl_->listen_fd >= 0 && ::listen(impl_->listen_fd, 4096) != 0)
+        return Status::unavailable("cannot set the listen backlog on " + impl_->opt.host);
     return Status::ok();
 }
 
