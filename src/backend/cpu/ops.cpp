@@ -32,7 +32,7 @@ void matmul_nt(const float *x, const float *w, float *y, int64_t m, int64_t n, i
                 y[i * n + j] = float((s0 + s1) + (s2 + s3));
             }
         }
-    }, 16);
+    }, std::max<int64_t>(16, (int64_t(1) << 17) / std::max<int64_t>(1, m * k)));  // >= ~128K MACs per thread
 }
 
 void rms_norm(const float *x, const float *w, float *y, int64_t rows, int64_t dim, float eps) {
