@@ -1,18 +1,10 @@
 #include "engine/engram_hash.h"
 
-#include <set>
+#include "model/engram_layout.h"
 
 namespace ds41rt::engine {
 
 namespace {
-
-bool is_prime(int64_t n) {
-    if (n < 2) return false;
-    if (n % 2 == 0) return n == 2;
-    for (int64_t d = 3; d * d <= n; d += 2)
-        if (n % d == 0) return false;
-    return true;
-}
 
 // Multipliers of the released V4.1 Flash (layers 1 and 14, compressed vocab 99,092), from
 // numpy.random.default_rng(10007 * layer).integers(...) * 2 + 1 (spec section 4.9, two sources).
@@ -37,7 +29,7 @@ Result<engram_hasher> engram_hasher::make(const model::model_config &c, std::vec
                         c.engram_layer_ids == std::vector<int>{1, 14};
         if (!released)
             return Status::invalid_argument(
-                "engram hash multipliers are needed for this config (engram_hash.safetensors: engram.multipliers)");
+                "engram hash multipliers are needed for this config (engram_token_map.safetensors: engram.multipliers)");
         for (auto &row : RELEASED_MULTIPLIERS) multipliers.insert(multipliers.end(), row, row + 4);
     }
     if (int64_t(multipliers.size()) != int64_t(h.n_layers_) * h.max_ngram_)
@@ -50,21 +42,14 @@ Result<engram_hasher> engram_hasher::make(const model::model_config &c, std::vec
     h.token_map_ = std::move(token_map);
     h.multipliers_ = std::move(multipliers);
     h.pad_ = h.token_map_[size_t(c.engram_pad_id)];
-    // Primes: drawn in (layer, n, head) order, each the next prime above the previous pick of
-    // the same n-gram run (restarting at engram_vocab_size for every n), never reused.
-    std::set<int64_t> seen;
+    // Primes and offsets (model/engram_layout.h); offsets make every (n, head) range disjoint.
+    h.primes_ = model::engram_primes(c.engram_vocab_size, h.n_layers_, h.max_ngram_, h.n_heads_);
+    const size_t per_layer = size_t(h.max_ngram_ - 1) * size_t(h.n_heads_);
     for (int l = 0; l < h.n_layers_; l++) {
         int64_t total = 0, expected = c.engram_num_embeddings.at(size_t(l));
-        for (int n = 0; n < h.max_ngram_ - 1; n++) {
-            int64_t cur = c.engram_vocab_size - 1;
-            for (int hd = 0; hd < h.n_heads_; hd++) {
-                do cur++;
-                while (!is_prime(cur) || seen.count(cur));
-                seen.insert(cur);
-                h.primes_.push_back(cur);
-                h.offsets_.push_back(total);
-                total += cur;
-            }
+        for (size_t i = 0; i < per_layer; i++) {
+            h.offsets_.push_back(total);
+            total += h.primes_[size_t(l) * per_layer + i];
         }
         if (total != expected)
             return Status::invalid_argument("engram layer " + std::to_string(c.engram_layer_ids[size_t(l)]) +

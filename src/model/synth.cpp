@@ -12,7 +12,6 @@
 #include <fstream>
 #include <map>
 #include <numbers>
-#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +20,7 @@
 #include "io/safetensors.h"
 #include "model/catalog.h"
 #include "model/config.h"
+#include "model/engram_layout.h"
 
 namespace ds41rt::model {
 
@@ -81,33 +81,6 @@ private:
 // ================================================================================================
 
 constexpr int ENGRAM_N_HEADS = 2;
-
-bool is_prime(int64_t n) {
-    if (n < 2) return false;
-    if (n % 2 == 0) return n == 2;
-    for (int64_t d = 3; d * d <= n; d += 2)
-        if (n % d == 0) return false;
-    return true;
-}
-
-std::vector<int64_t> engram_prime_sums(int64_t vocab, int n_layers, int max_ngram, int n_heads) {
-    std::set<int64_t> used;
-    std::vector<int64_t> sums;
-    for (int l = 0; l < n_layers; l++) {
-        int64_t total = 0;
-        for (int n = 0; n < max_ngram - 1; n++) {
-            int64_t p = vocab - 1;
-            for (int h = 0; h < n_heads; h++) {
-                do p++;
-                while (!is_prime(p) || used.count(p));
-                used.insert(p);
-                total += p;
-            }
-        }
-        sums.push_back(total);
-    }
-    return sums;
-}
 
 int64_t n_classes(const synth_options &o) {
     if (o.token_map.empty()) return o.vocab_size;
