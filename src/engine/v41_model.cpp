@@ -27,6 +27,7 @@
 #include "engine/expert.h"
 #include "engine/mhc.h"
 #include "engine/numerics.h"
+#include "engine/output_projection.h"
 #include "engine/rope.h"
 #include "engine/topk.h"
 
@@ -467,15 +468,8 @@ private:
 
         // Inverse RoPE at the query position, then the grouped output projection.
         rope(o.data(), S * H, hd, hpos.data(), rt, true);
-        const int64_t G = c_.o_groups, gin = H * hd / G, R = c_.o_lora_rank;
-        std::vector<float> z(S * G * R), og(S * gin), zg(S * R);
-        for (int64_t g = 0; g < G; g++) {
-            for (int64_t s = 0; s < S; s++)
-                std::copy(o.data() + s * H * hd + g * gin, o.data() + s * H * hd + (g + 1) * gin, og.data() + s * gin);
-            linear(og.data(), L.wo_a.f() + g * R * gin, zg.data(), S, R, gin, lin::BF16);
-            for (int64_t s = 0; s < S; s++) std::copy(zg.data() + s * R, zg.data() + (s + 1) * R, z.data() + s * G * R + g * R);
-        }
-        linear(z.data(), L.wo_b, out, S, D, G * R, lin::FP8);
+        grouped_output_projection(o.data(), S, H * hd, c_.o_groups, c_.o_lora_rank, L.wo_a, L.wo_b, D, official_,
+                                  c_.fp8_block_in, out);
     }
 
     // ---- MoE (spec 4.10) ----------------------------------------------------------------------
