@@ -1,33 +1,50 @@
-// Decode GEMV over FP8-block and MXFP4 weights (the dense projections and routed experts of
-// V4 / V4.1 at small batch). Reference: backend/cpu matmul_nt on the dequantized weight.
-//
-// Shapes: W [N, K] stored as in the checkpoint (FP8: one byte per weight; MXFP4: two per byte);
-// x [M, K] fp32; y [M, N] fp32; M is the decode batch (1..16).
+// Decode GEMV (v8) over FP8-block and MXFP4 weights on the tensor cores: the dense projections
+// and routed experts of V4 / V4.1 at decode batch 1..16. Reference: backend/cpu matmul_nt on the
+// dequantized weight (reference numerics) or on the FP8-fake-quantized x (official numerics).
 //
 // Cost at V4.1 decode, M = 1: wq_b (FP8 32768 x 1280) reads 41.9 MB of weight + 41 KB of scales
-// and does 2 * 32768 * 1280 = 84 MFLOP: 2 FLOP per weight byte, far under the ~200 FLOP/byte
-// ridge, so the bound is HBM bandwidth (about 4.3 TB/s measured copy rate on the H200: ~10 us).
-// A routed expert's w1 (MXFP4 2304 x 5120) reads 5.9 MB + 0.37 MB scales: ~1.5 us.
+// and does 2 * 32768 * 1280 = 84 MFLOP: 2 FLOP per weight byte against a ~300 FLOP/byte ridge,
+// so the bound is HBM bandwidth (~4.3 TB/s copy rate on the H200: ~10 us). The six routed
+// experts of a layer (gate + up, MXFP4 2 x 2304 x 5120 each) read 75 MB in one launch: ~18 us.
+// The tensor cores do at most 2 x 16 FLOP per weight (8-token tile, hi + lo x), ~140 TFLOP/s at
+// full bandwidth: a fifth of the fp16 rate, so they never bind.
 //
-// Design: a block of 8 warps covers a tile of rows; WPR warps (1, 2, 4 or 8, chosen from K so
-// that each warp makes about 10-16 passes) share a group of ROWS rows and split its K. Each
-// 4-byte load of a weight row is coalesced across the warp (FP8: 4 weights, MXFP4: 8) and the
-// matching x floats are contiguous across the warp too (one float4, or two): every L1
-// wavefront is a full line for both. ROWS rows share each x load, so every thread has ROWS
-// independent weight loads in flight. x comes through L1 (__ldg): each SM pulls it from L2 once.
-// A thread's 4 or 8 weights share one scale. Sums are reduced within the warp by shuffles, then
-// across the WPR warps in shared memory, in a fixed order (deterministic; not the CPU's order,
-// so results differ from the reference by fp32 summation rounding only).
+// Why tensor cores for a GEMV: v1-v7 (docs/perf/2026-11-30-gemv.md) multiplied on the FMA pipes;
+// every 16-byte weight load needed 64-128 bytes of fp32 x from L1 and registers for the decoded
+// weights (ncu: register-capped occupancy, scoreboard stalls). One MMA consumes a 16-row weight
+// tile against an 8-token x operand, so x is loaded once per 16 rows and lives in 2-4 registers.
 //
-// History (docs/perf/2026-11-30-gemv.md): v1 gave each warp whole rows with 16-byte lanes and
-// staged x per block in shared memory; v2 split K across the whole block with 16-byte lanes and
-// a 64-byte x stride (16 L1 wavefronts per x load); v3 used 4-byte lanes across the whole block
-// (a block-wide reduction per 4 rows dominated at small K); v4 is this.
+// Work: a warp owns one item = 16 weight rows x one K slice. Weights stream through a per-warp
+// ring of STAGES shared-memory tiles (cp.async, 16-byte copies covering whole 128-byte row
+// segments, no registers held while in flight). A dot product may sum its k in any order, so
+// the fragments use a permuted k: in each 32-k block thread q (lane % 4) feeds physical k
+// 8q .. 8q+7 of its two rows; x is laid out (split_x_kernel) with the same permutation. Every MMA
+// stays inside one 32-k block, so block scales (one per 16-row tile for FP8 grids of 32 or 128;
+// one per row for MXFP4; one per token for the official activation blocks) multiply the fp32
+// MMA result.
 //
-// Invariants: y must not alias x or W. Graph-replayable: yes (no host reads, fixed grid).
-// Test: tests/unit/cuda_gemv_test.cpp, relative error vs the CPU reference <= 1e-5.
+// Two activation modes, one per numerics mode of the engine:
+//  - reference (act_block = 0): x enters as fp16 hi = fp16(x) plus lo = fp16(x - hi), 22
+//    significant bits, two mma.m16n8k16 per k16; weights enter as exact fp16 (E4M3 converts
+//    exactly; E2M1 is placed in fp16 bits as value * 2^-14, the 2^14 folded into the scale).
+//    |x| must stay below fp16's 65504 (activations after RMSNorm do).
+//  - official (act_block = 32 or 128): x is quantized to E4M3 per act_block channels with a
+//    power-of-two scale exactly as backend/cpu fake_quant_fp8_ue8m0 does (DeepSeek's act_quant),
+//    and one mma.m16n8k32.e4m3 takes the FP8 weight bytes as they are stored; MXFP4 codes become
+//    E4M3 bytes equal to value * 2^-6 in 9 integer ops per 8 codes (the 2^6 goes to the scale).
+//    Products are exact; the sums are fp32.
+//
+// Split K: when the launch has fewer 16-row tiles than the GPU has warp slots, each tile's K is
+// cut into slices; each slice writes its fp32 partial to the workspace and the last to finish
+// (an atomic counter per tile) sums them in slice order and writes y. The order is fixed, so
+// results are deterministic; the counter is reset for the next replay.
+//
+// Invariants: K % 32 == 0, M <= 16, y does not alias x or W. Graph-replayable: yes.
+// Test: tests/cuda/gemv_test.cpp: relative error vs the CPU reference <= 1e-5 (both modes),
+// NaN-poisoned y, two runs per plan (the counters are reusable).
 #include "backend/cuda/gemv.cuh"
 
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -38,196 +55,628 @@ namespace ds41rt::backend::cuda {
 
 namespace {
 
-constexpr int THREADS = 256;
-constexpr int WARPS = THREADS / 32;
-constexpr int ROWS = 4;   // output rows per row group (they share each x load)
-constexpr int MAX_M = 4;  // activation rows per launch; more are processed in groups
+constexpr int WARPS = 4;      // warps per block; each runs its own work item
+constexpr int MAX_JOBS = 24;  // matrices per launch (kernel parameter space)
+constexpr int MIN_KB = 8;     // smallest K slice, in 32-k blocks
+#ifndef DS41RT_GEMV_STAGES
+#define DS41RT_GEMV_STAGES 3
+#endif
+#ifndef DS41RT_GEMV_CHUNK
+#define DS41RT_GEMV_CHUNK 128
+#endif
+constexpr int STAGES = DS41RT_GEMV_STAGES;  // per-warp ring of weight tiles in flight (cp.async)
+constexpr int CHUNK = DS41RT_GEMV_CHUNK;    // bytes of each of the 16 rows per stage (128 or 256)
+// Shared-memory row pitch per format, chosen so the fragment reads are free of bank conflicts:
+// FP8 reads 8 bytes at 8q per row (pitch = 8 words mod 32: rows of a half-warp land 8 words
+// apart), MXFP4 reads 4 bytes at 4q (pitch = 4 words mod 32: rows land 4 words apart).
+constexpr int PITCH_FP8 = CHUNK + 32, PITCH_FP4 = CHUNK + 16;
+constexpr int LANES_PER_ROW = CHUNK / 16, ROWS_PER_COPY = 32 / LANES_PER_ROW, COPIES = 16 / ROWS_PER_COPY;
+constexpr int STAGE_BYTES = 16 * PITCH_FP8;
+constexpr int SMEM_BYTES = WARPS * STAGES * STAGE_BYTES;
+constexpr int SX_TOKENS = 16;  // official mode: per-token activation scales, [act block][16]
 
-__device__ __forceinline__ float e8m0_to_float(uint8_t e) {
+struct job {
+    const uint8_t *w, *scale;
+    const void *xs;     // x as split_x_kernel left it
+    const float *sx;    // official mode: activation scales [K / act_block][SX_TOKENS]
+    float *y, *partials;
+    unsigned *counters;
+    int N, K, M;
+    int scols, sshift;  // FP8: scale columns, log2(block_in / 32); official: log2(act_block / 32)
+    int row_block_shift; // FP8: log2(block_out / 16)
+    int ksplit, kb_per_split, item_begin;
+};
+
+struct batch {
+    job jobs[MAX_JOBS];
+    int njobs, items;
+};
+
+__device__ __forceinline__ float e8m0_to_float(uint32_t e) {
     return e == 0 ? __int_as_float(0x00400000) : __int_as_float(int(e) << 23);  // 2^(e-127)
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
+__device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *reinterpret_cast<uint32_t *>(&h); }
+
+// Two E4M3 bytes (low byte = lower k) as an fp16 pair, exactly.
+__device__ __forceinline__ uint32_t fp8x2_to_h2(uint32_t two) {
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two & 0xffffu), __NV_E4M3);
+    return uint32_t(h.x) | (uint32_t(h.y) << 16);
 }
 
-// Weights are read once per token: stream them past L1.
-__device__ __forceinline__ uint4 load_stream(const uint4 *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
+// Byte b (= codes 2b, 2b+1 of a 4-byte word w) as an fp16 pair equal to value * 2^-14: the sign
+// goes to bit 15 and the 3 magnitude bits to bits 11..9, which lands e = 0 on fp16 subnormals
+// (m * 0.5 * 2^-14) and e > 0 on normals, both exact.
+template <int B>
+__device__ __forceinline__ uint32_t e2m1_byte_to_h2(uint32_t w) {
+    const uint32_t b = (w >> (8 * B)) & 0xffu;
+    return ((b & 0x8u) << 12) | ((b & 0x7u) << 9) | ((b & 0x80u) << 24) | ((b & 0x70u) << 21);
 }
 
-__device__ __forceinline__ float4 fp8x4_to_float4(uint32_t w) {
-    __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w & 0xffff), __NV_E4M3);
-    __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w >> 16), __NV_E4M3);
-    float2 a = __half22float2(*reinterpret_cast<__half2 *>(&lo)), b = __half22float2(*reinterpret_cast<__half2 *>(&hi));
-    return make_float4(a.x, a.y, b.x, b.y);
+// Eight E2M1 codes (nibble j = code j) as eight E4M3 bytes equal to value * 2^-6, in code order
+// (lo: codes 0-3, hi: codes 4-7). Magnitude bits (e1 e0 m) move to E4M3 bits 4..2 and the sign to
+// bit 7: e = 0 lands on E4M3 subnormals (m / 2 * 2^-6), e > 0 on normals ((1 + m/2) 2^(e-7)).
+__device__ __forceinline__ void e2m1x8_to_e4m3(uint32_t w, uint32_t &lo, uint32_t &hi) {
+    const uint32_t even = ((w << 2) & 0x1c1c1c1cu) | ((w << 4) & 0x80808080u);  // codes 0, 2, 4, 6
+    const uint32_t odd = ((w >> 2) & 0x1c1c1c1cu) | (w & 0x80808080u);         // codes 1, 3, 5, 7
+    lo = __byte_perm(even, odd, 0x5140);
+    hi = __byte_perm(even, odd, 0x7362);
 }
 
-// Two E2M1 codes (the low byte of b: low nibble first) as floats divided by 2^14. Placing a
-// code's sign at fp16 bit 15 and its 3 magnitude bits at bits 11..9 gives exactly 2^-14 times
-// its value (e = 0 lands on fp16 subnormals, m * 0.5 * 2^-14); the caller folds 2^14 into the
-// block scale. Integer ops instead of a table: no shared-memory traffic per weight.
-__device__ __forceinline__ float2 e2m1_scaled_x2(uint32_t b) {
-    const uint32_t h = ((b & 0x8u) << 12) | ((b & 0x7u) << 9) | ((b & 0x80u) << 24) | ((b & 0x70u) << 21);
-    return __half22float2(*reinterpret_cast<const __half2 *>(&h));
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// FP4 = false: FP8 E4M3 with a [block_out, block_in] e8m0 grid, 4 weights per 4-byte load.
-// FP4 = true: MXFP4 with one e8m0 per (row, 32 k), 8 weights per 4-byte load.
-template <int M, int WPR, bool FP4>
-__global__ void __launch_bounds__(THREADS) gemv_kernel(gemv_params p) {
-    constexpr int VEC = FP4 ? 32 : 16;   // weights per 16-byte load
-    constexpr int XV = VEC / 4;          // float4 loads of x per weight load
-    constexpr int GROUPS = WARPS / WPR;  // row groups per block
-    constexpr int TILE = GROUPS * ROWS;  // rows per block pass
-    __shared__ float red[WARPS][ROWS * M];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int group = warp / WPR, slice = warp % WPR;
-    const size_t row_bytes = FP4 ? size_t(p.K) / 2 : size_t(p.K);
-    const int scale_cols = FP4 ? p.K / 32 : (p.K + p.block_in - 1) / p.block_in;
-    for (int tile = blockIdx.x; tile * TILE < p.N; tile += gridDim.x) {  // uniform across the block
-        const int n0 = tile * TILE + group * ROWS;
-        float acc[ROWS][M] = {};
-        for (int k = (slice * 32 + lane) * VEC; k < p.K; k += WPR * 32 * VEC) {
-            uint4 wv[ROWS];
+// 16 bytes global -> shared without registers; src_bytes = 0 writes zeros (rows past N, k past
+// the slice). Weights are read once per token: .cg keeps them out of L1.
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
+    const unsigned d = unsigned(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+// x for the tensor cores, one row of M per blockIdx.y slot.
+//  reference: for each 4 consecutive k, one 16-byte word {hi(k, k+1), hi(k+2, k+3), lo(k, k+1),
+//    lo(k+2, k+3)}: word r of a row holds k = 4r = (k block r / 8, lane slot (r % 8) / 2, half
+//    r % 2), exactly the 4 k a thread feeds one m16n8k16, so B fragments are one 16-byte load.
+//  official: E4M3 bytes in natural order (a thread's 8 bytes at 8q are its m16n8k32 B fragment)
+//    and the scales transposed to [act block][SX_TOKENS], so a thread's two tokens are adjacent.
+struct split_job {
+    const float *x;
+    void *xs;
+    float *sx;
+    int M, K, act_block;
+};
+struct split_batch {
+    split_job jobs[MAX_JOBS];
+    int njobs;
+};
+
+__global__ void split_x_kernel(const __grid_constant__ split_batch b) {
+    const split_job &J = b.jobs[blockIdx.y];
+    if (J.act_block == 0) {
+        const int words = J.M * J.K / 4;
+        uint4 *xs = static_cast<uint4 *>(J.xs);
+        for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < words; r += gridDim.x * blockDim.x) {
+            const float4 v = reinterpret_cast<const float4 *>(J.x)[r];
+            const __half2 h01 = __floats2half2_rn(v.x, v.y), h23 = __floats2half2_rn(v.z, v.w);
+            const __half2 l01 = __floats2half2_rn(v.x - __low2float(h01), v.y - __high2float(h01));
+            const __half2 l23 = __floats2half2_rn(v.z - __low2float(h23), v.w - __high2float(h23));
+            xs[r] = make_uint4(h2_bits(h01), h2_bits(h23), h2_bits(l01), h2_bits(l23));
+        }
+        return;
+    }
+    // Official: one warp per (row, act block); lanes stride the block.
+    const int lane = threadIdx.x & 31;
+    const int blocks = J.K / J.act_block, total = J.M * blocks;
+    uint8_t *xq = static_cast<uint8_t *>(J.xs);
+    for (int i = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; i < total; i += (gridDim.x * blockDim.x) >> 5) {
+        const int m = i / blocks, blk = i % blocks;
+        const float *p = J.x + size_t(m) * J.K + size_t(blk) * J.act_block;
+        float amax = 0.0f;
+        for (int k = lane; k < J.act_block; k += 32) amax = fmaxf(amax, fabsf(p[k]));
 #pragma unroll
-            for (int r = 0; r < ROWS; r++)
-                if (n0 + r < p.N)
-                    wv[r] = load_stream(reinterpret_cast<const uint4 *>(p.w + size_t(n0 + r) * row_bytes + (FP4 ? k / 2 : k)));
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        // s = 2^ceil(log2(max(amax, 1e-4) / 448)), as backend/cpu pow2_ceil.
+        const uint32_t bits = __float_as_uint(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
+        const int e = int((bits >> 23) & 0xffu) + ((bits & 0x7fffffu) != 0 ? 1 : 0);
+        const float s = __int_as_float(e << 23), inv = __int_as_float((254 - e) << 23);
+        for (int k = lane; k < J.act_block; k += 32) {
+            const float v = fminf(fmaxf(p[k] * inv, -448.0f), 448.0f);
+            xq[size_t(m) * J.K + size_t(blk) * J.act_block + k] = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+        }
+        if (lane == 0) J.sx[blk * SX_TOKENS + m] = s;
+    }
+}
+
+// One 32-k block of a 16-row tile into acc. la / lb: this thread's weight bytes of rows ra / rb
+// (FP8: 8 bytes at 8q; MXFP4: 4 bytes at 4q, in .x). sa / sb: the rows' weight scales.
+// Official mode's per-k-block operands besides the weights, loaded ahead of the weight wait.
+template <int NT>
+struct x8_operands {
+    uint2 x[NT];    // this thread's 8 E4M3 bytes of token nt * 8 + g
+    float2 sx[NT];  // activation scales of tokens nt * 8 + 2q, 2q + 1
+};
+
+template <int NT>
+__device__ __forceinline__ x8_operands<NT> load_x8(const uint2 *xrow, const float *sxrow, int xstride, int M, int g, int q) {
+    x8_operands<NT> o;
 #pragma unroll
-            for (int r = 0; r < ROWS; r++) {
-                if (n0 + r >= p.N) break;
-                // Decode the row's 16 (FP8) or 32 (MXFP4) weights once; x comes from L1 per m.
-                float wf[VEC];
-                float s;
-                const uint32_t words[4] = {wv[r].x, wv[r].y, wv[r].z, wv[r].w};
-                if constexpr (FP4) {
-                    // The 2^14 that e2m1_scaled_x2 leaves out is folded into the scale.
-                    s = e8m0_to_float(__ldg(p.scale + size_t(n0 + r) * scale_cols + k / 32)) * 16384.0f;
+    for (int nt = 0; nt < NT; nt++) {
+        const int m = nt * 8 + g;
+        o.x[nt] = m < M ? __ldg(xrow + size_t(m) * xstride) : make_uint2(0, 0);
+        o.sx[nt] = __ldg(reinterpret_cast<const float2 *>(sxrow + nt * 8 + 2 * q));
+    }
+    return o;
+}
+
+template <bool FP4, int NT>
+__device__ __forceinline__ void kblock_x8(uint2 la, uint2 lb, float sa, float sb, const x8_operands<NT> &o,
+                                          float (&acc)[NT][4]) {
+    uint32_t a[4];
+    if constexpr (FP4) {
+        e2m1x8_to_e4m3(la.x, a[0], a[2]);
+        e2m1x8_to_e4m3(lb.x, a[1], a[3]);
+    } else {
+        a[0] = la.x, a[2] = la.y, a[1] = lb.x, a[3] = lb.y;
+    }
 #pragma unroll
-                    for (int j = 0; j < 4; j++)
+    for (int nt = 0; nt < NT; nt++) {
+        float d[4] = {};
+        mma_e4m3(d, a, o.x[nt].x, o.x[nt].y);
+        acc[nt][0] += d[0] * (sa * o.sx[nt].x), acc[nt][1] += d[1] * (sa * o.sx[nt].y);
+        acc[nt][2] += d[2] * (sb * o.sx[nt].x), acc[nt][3] += d[3] * (sb * o.sx[nt].y);
+    }
+}
+
+template <bool FP4, bool X8, int NT>
+__device__ __forceinline__ void kblock(uint2 la, uint2 lb, float sa, float sb, const void *xrow, const float *sxrow,
+                                       int xstride, int M, int g, int q, float (&acc)[NT][4]) {
+    float d[NT][4] = {};
+    if constexpr (X8) {
+        uint32_t a[4];
+        if constexpr (FP4) {
+            e2m1x8_to_e4m3(la.x, a[0], a[2]);
+            e2m1x8_to_e4m3(lb.x, a[1], a[3]);
+        } else {
+            a[0] = la.x, a[2] = la.y, a[1] = lb.x, a[3] = lb.y;
+        }
 #pragma unroll
-                        for (int b = 0; b < 4; b++) {
-                            const float2 f = e2m1_scaled_x2(words[j] >> (8 * b));
-                            wf[8 * j + 2 * b] = f.x;
-                            wf[8 * j + 2 * b + 1] = f.y;
-                        }
+        for (int nt = 0; nt < NT; nt++) {
+            const int m = nt * 8 + g;
+            uint2 xv = make_uint2(0, 0);
+            if (m < M) xv = __ldg(static_cast<const uint2 *>(xrow) + size_t(m) * xstride);
+            mma_e4m3(d[nt], a, xv.x, xv.y);
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            const float2 sx = *reinterpret_cast<const float2 *>(sxrow + nt * 8 + 2 * q);
+            acc[nt][0] += d[nt][0] * (sa * sx.x), acc[nt][1] += d[nt][1] * (sa * sx.y);
+            acc[nt][2] += d[nt][2] * (sb * sx.x), acc[nt][3] += d[nt][3] * (sb * sx.y);
+        }
+    } else {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t a[4];
+            if constexpr (FP4) {  // byte 2h holds physical k 4h, 4h+1; byte 2h+1 holds 4h+2, 4h+3
+                a[0] = h ? e2m1_byte_to_h2<2>(la.x) : e2m1_byte_to_h2<0>(la.x);
+                a[2] = h ? e2m1_byte_to_h2<3>(la.x) : e2m1_byte_to_h2<1>(la.x);
+                a[1] = h ? e2m1_byte_to_h2<2>(lb.x) : e2m1_byte_to_h2<0>(lb.x);
+                a[3] = h ? e2m1_byte_to_h2<3>(lb.x) : e2m1_byte_to_h2<1>(lb.x);
+            } else {  // word h holds physical k 4h .. 4h+3
+                const uint32_t wa4 = h ? la.y : la.x, wb4 = h ? lb.y : lb.x;
+                a[0] = fp8x2_to_h2(wa4), a[2] = fp8x2_to_h2(wa4 >> 16);
+                a[1] = fp8x2_to_h2(wb4), a[3] = fp8x2_to_h2(wb4 >> 16);
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const int m = nt * 8 + g;
+                uint4 xv = make_uint4(0, 0, 0, 0);
+                if (m < M) xv = __ldg(static_cast<const uint4 *>(xrow) + size_t(m) * xstride + h);
+                mma_f16(d[nt], a, xv.x, xv.y);
+                mma_f16(d[nt], a, xv.z, xv.w);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            acc[nt][0] += d[nt][0] * sa, acc[nt][1] += d[nt][1] * sa;
+            acc[nt][2] += d[nt][2] * sb, acc[nt][3] += d[nt][3] * sb;
+        }
+    }
+}
+
+template <bool FP4, bool X8, int NT>  // NT: token tiles of 8 (M <= 8 * NT)
+__global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const __grid_constant__ batch b) {
+    constexpr int KB_BYTES = FP4 ? 16 : 32, KPS = CHUNK / KB_BYTES, PITCH = FP4 ? PITCH_FP4 : PITCH_FP8;
+    const int lane = threadIdx.x & 31;
+    const int item = blockIdx.x * WARPS + (threadIdx.x >> 5);
+    if (item >= b.items) return;  // uniform across the warp
+    int j = 0;
+    while (j + 1 < b.njobs && item >= b.jobs[j + 1].item_begin) ++j;
+    const job &J = b.jobs[j];
+    const int N = J.N, K = J.K, M = J.M, nkb = K / 32;
+    const int local = item - J.item_begin, ksplit = J.ksplit;
+    const int tile = local / ksplit, ks = local - tile * ksplit;
+    const int g = lane >> 2, q = lane & 3;
+    const int ra = tile * 16 + g, rb = ra + 8;
+    const int kb0 = ks * J.kb_per_split, kb1 = min(nkb, kb0 + J.kb_per_split);  // kb0 % KPS == 0
+    const size_t row_bytes = size_t(K) / (FP4 ? 2 : 1);
+
+    // This lane's cp.async sources: 16 bytes at column (lane % LANES_PER_ROW) * 16 of rows
+    // lane / LANES_PER_ROW + i * ROWS_PER_COPY; each warp instruction covers whole row segments.
+    const int col = (lane % LANES_PER_ROW) * 16, col_kb = col / KB_BYTES, row0 = lane / LANES_PER_ROW;
+    const uint8_t *src[COPIES];
+    bool row_ok[COPIES];
+#pragma unroll
+    for (int i = 0; i < COPIES; i++) {
+        const int r = tile * 16 + row0 + ROWS_PER_COPY * i;
+        row_ok[i] = r < N;
+        src[i] = J.w + size_t(row_ok[i] ? r : 0) * row_bytes + size_t(kb0) * KB_BYTES + col;
+    }
+    extern __shared__ __align__(16) uint8_t smem[];
+    uint8_t *ring = smem + (threadIdx.x >> 5) * (STAGES * STAGE_BYTES);
+    const int nstage = (kb1 - kb0 + KPS - 1) / KPS;
+    auto issue = [&](int s) {
+        if (s < nstage) {
+            uint8_t *dst = ring + (s % STAGES) * STAGE_BYTES + row0 * PITCH + col;
+            const bool k_ok = kb0 + s * KPS + col_kb < kb1;
+#pragma unroll
+            for (int i = 0; i < COPIES; i++)
+                cp_async16(dst + ROWS_PER_COPY * i * PITCH, src[i] + size_t(s) * CHUNK, row_ok[i] && k_ok ? 16 : 0);
+        }
+        cp_async_commit();  // an empty group at the tail keeps the wait count uniform
+    };
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) issue(s);
+
+    // Scales and x, addressed from k block 0 of the slice.
+    const uint8_t *scale_a, *scale_b;
+    if constexpr (FP4) {
+        scale_a = J.scale + size_t(ra < N ? ra : 0) * nkb;
+        scale_b = J.scale + size_t(rb < N ? rb : 0) * nkb;
+    } else {
+        scale_a = scale_b = J.scale + size_t(tile >> J.row_block_shift) * J.scols;
+    }
+    const int xstride = X8 ? K / 8 : K / 4;  // in uint2 (official) or uint4 (reference) words
+    const void *xbase = X8 ? static_cast<const void *>(static_cast<const uint2 *>(J.xs) + q)
+                           : static_cast<const void *>(static_cast<const uint4 *>(J.xs) + 2 * q);
+    const float fold = FP4 ? (X8 ? 64.0f : 16384.0f) : 1.0f;  // the decode tricks' 2^6 / 2^14
+
+    float acc[NT][4] = {};
+    for (int s = 0; s < nstage; s++) {
+        const uint8_t *st = ring + (s % STAGES) * STAGE_BYTES;
+        const int kb = kb0 + s * KPS;
+        auto weights = [&](int u, uint2 &la, uint2 &lb) {
+            if constexpr (FP4) {
+                la = make_uint2(*reinterpret_cast<const uint32_t *>(st + g * PITCH + u * 16 + 4 * q), 0);
+                lb = make_uint2(*reinterpret_cast<const uint32_t *>(st + (g + 8) * PITCH + u * 16 + 4 * q), 0);
+            } else {
+                la = *reinterpret_cast<const uint2 *>(st + g * PITCH + u * 32 + 8 * q);
+                lb = *reinterpret_cast<const uint2 *>(st + (g + 8) * PITCH + u * 32 + 8 * q);
+            }
+        };
+        auto scale_of = [&](int k32, float &sa, float &sb) {
+            if constexpr (FP4) {
+                sa = e8m0_to_float(__ldg(scale_a + k32)) * fold;
+                sb = e8m0_to_float(__ldg(scale_b + k32)) * fold;
+            } else {
+                sa = sb = e8m0_to_float(__ldg(scale_a + (k32 >> J.sshift)));
+            }
+        };
+        auto xrow_of = [&](int k32) {
+            return X8 ? static_cast<const void *>(static_cast<const uint2 *>(xbase) + size_t(k32) * 4)
+                      : static_cast<const void *>(static_cast<const uint4 *>(xbase) + size_t(k32) * 8);
+        };
+        if (kb + KPS <= kb1) {
+            // A full stage, in groups of 4 k blocks: the scales (and in official mode x) do not come
+            // through the ring, so the first group's are requested before waiting on it and their
+            // latency hides behind the weights'. Groups bound the registers held.
+#pragma unroll
+            for (int g0 = 0; g0 < KPS; g0 += 4) {
+                float sa[4], sb[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++) scale_of(kb + g0 + u, sa[u], sb[u]);
+                if constexpr (X8) {
+                    x8_operands<NT> o[4];
+#pragma unroll
+                    for (int u = 0; u < 4; u++)
+                        o[u] = load_x8<NT>(static_cast<const uint2 *>(xrow_of(kb + g0 + u)),
+                                           J.sx + ((kb + g0 + u) >> J.sshift) * SX_TOKENS, xstride, M, g, q);
+                    if (g0 == 0) {
+                        cp_async_wait<STAGES - 2>();
+                        __syncwarp();
+                    }
+#pragma unroll
+                    for (int u = 0; u < 4; u++) {
+                        uint2 la, lb;
+                        weights(g0 + u, la, lb);
+                        kblock_x8<FP4, NT>(la, lb, sa[u], sb[u], o[u], acc);
+                    }
                 } else {
-                    s = e8m0_to_float(__ldg(p.scale + size_t((n0 + r) / p.block_out) * scale_cols + k / p.block_in));
+                    if (g0 == 0) {
+                        cp_async_wait<STAGES - 2>();
+                        __syncwarp();
+                    }
 #pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        const float4 f = fp8x4_to_float4(words[j]);
-                        wf[4 * j] = f.x, wf[4 * j + 1] = f.y, wf[4 * j + 2] = f.z, wf[4 * j + 3] = f.w;
+                    for (int u = 0; u < 4; u++) {
+                        uint2 la, lb;
+                        weights(g0 + u, la, lb);
+                        kblock<FP4, X8, NT>(la, lb, sa[u], sb[u], xrow_of(kb + g0 + u), nullptr, xstride, M, g, q, acc);
                     }
                 }
-#pragma unroll
-                for (int m = 0; m < M; m++) {
-                    const float4 *x4 = reinterpret_cast<const float4 *>(p.x + size_t(m) * p.K + k);
-                    float part = 0;
-#pragma unroll
-                    for (int j = 0; j < XV; j++) {
-                        const float4 xv = __ldg(x4 + j);
-                        part += wf[4 * j] * xv.x + wf[4 * j + 1] * xv.y + wf[4 * j + 2] * xv.z + wf[4 * j + 3] * xv.w;
-                    }
-                    acc[r][m] += part * s;
-                }
+            }
+        } else {
+            cp_async_wait<STAGES - 2>();
+            __syncwarp();
+            for (int u = 0; kb + u < kb1; u++) {
+                uint2 la, lb;
+                float sa, sb;
+                weights(u, la, lb);
+                scale_of(kb + u, sa, sb);
+                kblock<FP4, X8, NT>(la, lb, sa, sb, xrow_of(kb + u), X8 ? J.sx + ((kb + u) >> J.sshift) * SX_TOKENS : nullptr,
+                                    xstride, M, g, q, acc);
             }
         }
-        // Reduce: lanes by butterfly, then the group's WPR warps in order.
+        __syncwarp();  // every lane is done with this slot before it is refilled
+        issue(s + STAGES - 1);
+    }
+    cp_async_wait<0>();
+
+    // acc[nt][i]: row (i < 2 ? ra : rb), token nt * 8 + 2q + (i & 1).
+    auto store = [&](const float (&v)[NT][4]) {
 #pragma unroll
-        for (int r = 0; r < ROWS; r++)
+        for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-            for (int m = 0; m < M; m++) {
-                const float v = warp_sum(acc[r][m]);
-                if (WPR == 1) {
-                    if (lane == 0 && n0 + r < p.N) p.y[size_t(m) * p.N + n0 + r] = v;
-                } else if (lane == 0) {
-                    red[warp][r * M + m] = v;
-                }
+            for (int i = 0; i < 4; i++) {
+                const int m = nt * 8 + 2 * q + (i & 1);
+                const int r = i < 2 ? ra : rb;
+                if (m < M && r < N) J.y[size_t(m) * N + r] = v[nt][i];
             }
-        if (WPR > 1) {
-            __syncthreads();
-            if (slice == 0 && lane < ROWS * M) {
-                const int r = lane / M, m = lane % M;
-                float v = 0;
-                for (int w = 0; w < WPR; w++) v += red[group * WPR + w][lane];
-                if (n0 + r < p.N) p.y[size_t(m) * p.N + n0 + r] = v;
-            }
-            __syncthreads();  // red is reused by the next tile
-        }
+    };
+    if (ksplit == 1) {
+        store(acc);
+        return;
     }
+    constexpr int SLOT = NT * 4 * 32;  // floats per work item
+    float *mine = J.partials + (size_t(tile) * ksplit + ks) * SLOT;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) mine[(nt * 4 + i) * 32 + lane] = acc[nt][i];
+    __threadfence();
+    unsigned prev = 0;
+    if (lane == 0) prev = atomicAdd(J.counters + tile, 1u);
+    prev = __shfl_sync(0xffffffffu, prev, 0);
+    if (prev != unsigned(ksplit - 1)) return;
+    __threadfence();
+    float sum[NT][4] = {};
+    const float *first = J.partials + size_t(tile) * ksplit * SLOT;
+#pragma unroll 8
+    for (int s = 0; s < ksplit; s++)  // unrolled: the slices' loads are in flight together
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) sum[nt][i] += __ldcg(first + size_t(s) * SLOT + (nt * 4 + i) * 32 + lane);
+    store(sum);
+    if (lane == 0) J.counters[tile] = 0;
 }
 
-// Warps per row group: enough that each warp makes about one pass over K (16-byte lanes), so
-// the whole matrix is requested in as few rounds of memory latency as the grid allows.
-int warps_per_row(int K, int vec) {
-    int w = 1;
-    while (w < WARPS && K > w * 32 * vec) w *= 2;
-    return w;
+int tiles_of(const gemv_matrix &m) { return (m.N + 15) / 16; }
+
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+int token_tiles(const std::vector<gemv_matrix> &mats) {
+    int max_m = 1;
+    for (const gemv_matrix &m : mats) max_m = std::max(max_m, m.M);
+    return max_m > 8 ? 2 : 1;
 }
 
-template <int M, int WPR, bool FP4>
-Status launch(const gemv_params &q, const device_info &dev, cudaStream_t s) {
-    constexpr int TILE = (WARPS / WPR) * ROWS;
-    // Up to 8 resident blocks of 256 threads per SM; the tile loop covers larger N.
-    const int grid = std::max(1, std::min(dev.sm_count * 8, (q.N + TILE - 1) / TILE));
-    gemv_kernel<M, WPR, FP4><<<grid, THREADS, 0, s>>>(q);
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    return Status::ok();
+int log2_exact(int v) {
+    int l = 0;
+    while ((1 << l) < v) l++;
+    return (1 << l) == v ? l : -1;
 }
 
-// The supported (M group, warps per row) instances, in one place.
-template <bool FP4>
-Status dispatch(const gemv_params &q, const device_info &dev, cudaStream_t s) {
-    const int wpr = warps_per_row(q.K, FP4 ? 32 : 16);
-#define DS41RT_GEMV_WPR(M)                                      \
-    switch (wpr) {                                              \
-    case 1: return launch<M, 1, FP4>(q, dev, s);                \
-    case 2: return launch<M, 2, FP4>(q, dev, s);                \
-    case 4: return launch<M, 4, FP4>(q, dev, s);                \
-    default: return launch<M, 8, FP4>(q, dev, s);               \
-    }
-    switch (q.M) {
-    case 1: DS41RT_GEMV_WPR(1)
-    case 2: DS41RT_GEMV_WPR(2)
-    case 3: DS41RT_GEMV_WPR(3)
-    case 4: DS41RT_GEMV_WPR(4)
-    }
-#undef DS41RT_GEMV_WPR
-    return Status::not_supported("gemv: M group " + std::to_string(q.M));
+// Launch groups: one kernel instance per (weight format, activation mode).
+int group_of(const gemv_matrix &m) { return (m.fp4 ? 1 : 0) + (m.act_block ? 2 : 0); }
+
+size_t split_bytes(const gemv_matrix &m) {
+    if (m.act_block == 0) return align256(size_t(m.M) * m.K * 4);
+    return align256(size_t(m.M) * m.K) + align256(size_t(m.K / m.act_block) * SX_TOKENS * 4);
 }
 
-// Runs the kernel over groups of at most MAX_M activation rows.
-template <bool FP4>
-Status run_groups(const device_info &dev, const gemv_params &p, cudaStream_t s) {
-    if (p.M < 1 || p.N < 1 || p.K < 1) return Status::invalid_argument("gemv: empty shape");
-    for (int m0 = 0; m0 < p.M; m0 += MAX_M) {
-        gemv_params q = p;
-        q.M = std::min(MAX_M, p.M - m0);
-        q.x = p.x + size_t(m0) * p.K;
-        q.y = p.y + size_t(m0) * p.N;
-        DS41RT_RETURN_IF_ERROR(dispatch<FP4>(q, dev, s));
+// Blocks of a kernel instance that fit on one SM (registers and shared memory), queried once;
+// the first call also lets the instance use more than the default 48 KB of shared memory.
+template <bool FP4, bool X8, int NT>
+int blocks_per_sm() {
+    static const int blocks = [] {
+        int n = 0;
+        if (SMEM_BYTES > 48 * 1024)
+            cudaFuncSetAttribute(gemv_kernel<FP4, X8, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_kernel<FP4, X8, NT>, WARPS * 32, SMEM_BYTES) != cudaSuccess || n < 1)
+            n = 1;
+        return n;
+    }();
+    return blocks;
+}
+
+int resident_blocks_per_sm(int group, int nt) {
+    switch (group * 2 + (nt - 1)) {
+    case 0: return blocks_per_sm<false, false, 1>();
+    case 1: return blocks_per_sm<false, false, 2>();
+    case 2: return blocks_per_sm<true, false, 1>();
+    case 3: return blocks_per_sm<true, false, 2>();
+    case 4: return blocks_per_sm<false, true, 1>();
+    case 5: return blocks_per_sm<false, true, 2>();
+    case 6: return blocks_per_sm<true, true, 1>();
+    default: return blocks_per_sm<true, true, 2>();
     }
-    return Status::ok();
 }
 
 }  // namespace
 
-Status gemv_fp8_block(const device_info &dev, const gemv_params &p, cudaStream_t stream) {
-    if (p.K % 16 != 0 || p.block_in % 16 != 0)
-        return Status::not_supported("gemv_fp8_block: K and block_in must be multiples of 16");
-    return run_groups<false>(dev, p, stream);
+// Workspace layout: [tile counters][split-K partials][split x, one per distinct x].
+Result<gemv_plan> plan_gemv(const device_info &dev, const std::vector<gemv_matrix> &mats) {
+    gemv_plan plan;
+    long total_tiles = 0;
+    for (size_t i = 0; i < mats.size(); i++) {
+        const gemv_matrix &m = mats[i];
+        const std::string what = "gemv matrix " + std::to_string(i) + " (" + std::to_string(m.N) + " x " +
+                                 std::to_string(m.K) + ", M " + std::to_string(m.M) + ")";
+        if (m.M < 1 || m.N < 1 || m.K < 1) return Status::invalid_argument(what + ": empty shape");
+        if (m.M > 16) return Status::not_supported(what + ": at most 16 activation rows per launch");
+        if (m.K % 32 != 0) return Status::not_supported(what + ": K must be a multiple of 32");
+        if (!m.fp4 && (m.block_out % 16 != 0 || log2_exact(m.block_out / 16) < 0 || m.block_in % 32 != 0 ||
+                       log2_exact(m.block_in / 32) < 0))
+            return Status::not_supported(what + ": FP8 scale blocks must be 16 or 32 x 2^i rows and 32 x 2^i columns");
+        if (m.act_block != 0 && (m.act_block % 32 != 0 || log2_exact(m.act_block / 32) < 0 || m.K % m.act_block != 0))
+            return Status::not_supported(what + ": activation blocks must be 32 x 2^i channels dividing K");
+        for (size_t k = 0; k < i; k++)
+            if (mats[k].x == m.x && (mats[k].M != m.M || mats[k].K != m.K || mats[k].act_block != m.act_block))
+                return Status::invalid_argument(what + ": shares x with matrix " + std::to_string(k) +
+                                                " at another M, K or activation block");
+        total_tiles += tiles_of(m);
+    }
+    // Launch order: grouped by kernel instance, stable within a group.
+    for (int grp = 0; grp < 4; grp++)
+        for (const gemv_matrix &m : mats)
+            if (group_of(m) == grp) plan.mats.push_back(m);
+    // Exactly one wave of work items when K slicing can provide it: a second, partial wave would
+    // run its items at a fraction of the occupancy, each paying the full memory latency of its
+    // first stages. Slices no thinner than MIN_KB blocks and a whole number of shared-memory
+    // stages. The resident-warp count comes from the device (registers and shared memory of the
+    // largest instance), never from a baked-in SM count.
+    int blocks = 1 << 20;
+    for (const gemv_matrix &m : mats) blocks = std::min(blocks, resident_blocks_per_sm(group_of(m), token_tiles(mats)));
+    const long target = long(dev.sm_count) * blocks * WARPS;
+    const int want = int(std::max<long>(1, target / std::max<long>(1, total_tiles)));
+    const int slot_floats = token_tiles(mats) * 4 * 32;
+    size_t counters = 0, partials = 0;
+    for (const gemv_matrix &m : plan.mats) {
+        const int nkb = m.K / 32, kps = CHUNK / (m.fp4 ? 16 : 32);
+        int ks = std::max(1, std::min(want, nkb / MIN_KB));
+        int per = (nkb + ks - 1) / ks;
+        per = (per + kps - 1) / kps * kps;
+        ks = (nkb + per - 1) / per;
+        plan.ksplit.push_back(ks);
+        if (ks > 1) {
+            counters += size_t(tiles_of(m));
+            partials += size_t(tiles_of(m)) * ks * slot_floats;
+        }
+    }
+    size_t off = align256(counters * sizeof(unsigned)) + align256(partials * sizeof(float));
+    for (size_t i = 0; i < plan.mats.size(); i++) {
+        size_t mine = off;
+        for (size_t k = 0; k < i; k++)
+            if (plan.mats[k].x == plan.mats[i].x) mine = plan.x_offset[k];
+        plan.x_offset.push_back(mine);
+        if (mine == off) off += split_bytes(plan.mats[i]);
+    }
+    plan.workspace_bytes = off;
+    return plan;
 }
 
-Status gemv_mxfp4(const device_info &dev, const gemv_params &p, cudaStream_t stream) {
-    if (p.K % 32 != 0) return Status::not_supported("gemv_mxfp4: K must be a multiple of 32");
-    return run_groups<true>(dev, p, stream);
+Status run_gemv(const gemv_plan &plan, void *workspace, cudaStream_t stream) {
+    char *ws = static_cast<char *>(workspace);
+    const int nt = token_tiles(plan.mats);
+    const int slot_floats = nt * 4 * 32;
+    size_t counters_total = 0;
+    for (size_t i = 0; i < plan.mats.size(); i++)
+        if (plan.ksplit[i] > 1) counters_total += size_t(tiles_of(plan.mats[i]));
+    unsigned *counters = reinterpret_cast<unsigned *>(ws);
+    float *partials = reinterpret_cast<float *>(ws + align256(counters_total * sizeof(unsigned)));
+    auto sx_of = [&](size_t i) {
+        const gemv_matrix &m = plan.mats[i];
+        return reinterpret_cast<float *>(ws + plan.x_offset[i] + align256(size_t(m.M) * m.K));
+    };
+
+    // Split (or quantize) every distinct x once.
+    split_batch sb{};
+    int max_work = 0;
+    auto flush_splits = [&]() -> Status {
+        if (sb.njobs == 0) return Status::ok();
+        const dim3 grid(unsigned(std::min(1024, (max_work + 255) / 256)), unsigned(sb.njobs));
+        split_x_kernel<<<grid, 256, 0, stream>>>(sb);
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+        sb.njobs = 0, max_work = 0;
+        return Status::ok();
+    };
+    for (size_t i = 0; i < plan.mats.size(); i++) {
+        bool seen = false;
+        for (size_t k = 0; k < i; k++) seen |= plan.x_offset[k] == plan.x_offset[i];
+        if (seen) continue;
+        const gemv_matrix &m = plan.mats[i];
+        split_job &J = sb.jobs[sb.njobs++];
+        J.x = m.x, J.xs = ws + plan.x_offset[i], J.sx = m.act_block ? sx_of(i) : nullptr;
+        J.M = m.M, J.K = m.K, J.act_block = m.act_block;
+        max_work = std::max(max_work, m.act_block ? m.M * (m.K / m.act_block) * 32 : m.M * m.K / 4);
+        if (sb.njobs == MAX_JOBS) DS41RT_RETURN_IF_ERROR(flush_splits());
+    }
+    DS41RT_RETURN_IF_ERROR(flush_splits());
+
+    size_t first = 0;
+    while (first < plan.mats.size()) {
+        const int grp = group_of(plan.mats[first]);
+        batch b{};
+        int items = 0;
+        size_t i = first;
+        for (; i < plan.mats.size() && b.njobs < MAX_JOBS && group_of(plan.mats[i]) == grp; i++) {
+            const gemv_matrix &m = plan.mats[i];
+            const int ks = plan.ksplit[i];
+            job &J = b.jobs[b.njobs++];
+            J.w = m.w, J.scale = m.scale, J.y = m.y;
+            J.xs = ws + plan.x_offset[i];
+            J.sx = m.act_block ? sx_of(i) : nullptr;
+            J.N = m.N, J.K = m.K, J.M = m.M;
+            J.scols = m.fp4 ? m.K / 32 : (m.K + m.block_in - 1) / m.block_in;
+            J.sshift = m.act_block ? log2_exact(m.act_block / 32) : 0;
+            if (!m.fp4) {
+                J.row_block_shift = log2_exact(m.block_out / 16);
+                // FP8 weight scales and official activation scales share the k32 >> shift index
+                // only when their blocks agree; V4.1 (32/32) and V4 (128/128) both do.
+                if (m.act_block && m.act_block != m.block_in)
+                    return Status::not_supported("gemv: FP8 block_in must equal act_block in official numerics");
+                J.sshift = log2_exact(m.block_in / 32);
+            }
+            J.ksplit = ks;
+            J.kb_per_split = (m.K / 32 + ks - 1) / ks;
+            {  // the same rounding as plan_gemv: whole stages per slice
+                const int kps = CHUNK / (m.fp4 ? 16 : 32);
+                J.kb_per_split = (J.kb_per_split + kps - 1) / kps * kps;
+            }
+            J.item_begin = items;
+            J.partials = partials, J.counters = counters;
+            if (ks > 1) {
+                counters += tiles_of(m);
+                partials += size_t(tiles_of(m)) * ks * slot_floats;
+            }
+            items += tiles_of(m) * ks;
+        }
+        b.items = items;
+        const int grid = (items + WARPS - 1) / WARPS;
+#define DS41RT_GEMV_LAUNCH(FP4, X8)                                                             \
+    (nt == 1 ? gemv_kernel<FP4, X8, 1><<<grid, WARPS * 32, SMEM_BYTES, stream>>>(b)             \
+             : gemv_kernel<FP4, X8, 2><<<grid, WARPS * 32, SMEM_BYTES, stream>>>(b))
+        switch (grp) {
+        case 0: DS41RT_GEMV_LAUNCH(false, false); break;
+        case 1: DS41RT_GEMV_LAUNCH(true, false); break;
+        case 2: DS41RT_GEMV_LAUNCH(false, true); break;
+        default: DS41RT_GEMV_LAUNCH(true, true); break;
+        }
+#undef DS41RT_GEMV_LAUNCH
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+        first = i;
+    }
+    return Status::ok();
 }
 
 }  // namespace ds41rt::backend::cuda

@@ -1,31 +1,52 @@
-// Decode-shaped matrix-vector products over the checkpoint's own weight formats: a few
-// activation rows against a large quantized weight, bound by the weight bytes streamed.
+// Decode-shaped matrix products over the checkpoint's own weight formats: a few activation rows
+// (the decode batch, 1..16 tokens) against large quantized weights, bound by the weight bytes
+// streamed. Several matrices go into one launch (projections that share an input, the selected
+// experts of a layer), so small matrices do not each pay a kernel's ramp and tail.
 //
-// y[m, n] = sum_k x[m, k] * dequant(W)[n, k], fp32 activations and accumulation; matches
-// backend/cpu matmul_nt on the dequantized weight within fp32 summation-order differences.
+// y[m, n] = sum_k x[m, k] * dequant(W)[n, k], fp32 accumulation; matches backend/cpu matmul_nt
+// on the dequantized weight (after fake_quant_fp8_ue8m0 of x in official numerics) within 1e-5
+// relative; see gemv.cu for how x enters the tensor cores.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "backend/cuda/device_info.h"
 #include "core/status.h"
 
 namespace ds41rt::backend::cuda {
 
-struct gemv_params {
+struct gemv_matrix {
     const uint8_t *w = nullptr;      // FP8: [N, K] e4m3. MXFP4: [N, K/2] e2m1, low nibble = even k
     const uint8_t *scale = nullptr;  // FP8: [ceil(N/block_out), ceil(K/block_in)] e8m0. MXFP4: [N, K/32]
-    const float *x = nullptr;        // [M, K]
-    float *y = nullptr;              // [M, N]
-    int M = 1, N = 0, K = 0;
-    int block_out = 32, block_in = 32;  // FP8 scale grid (V4.1 32x32, V4 128x128)
+    bool fp4 = false;
+    int block_out = 32, block_in = 32;  // FP8 scale grid (V4.1 32x32, V4 128x128); multiples of 16 / 32
+    int N = 0, K = 0;                   // K a multiple of 32
+    const float *x = nullptr;           // [M, K], |x| < 65504
+    // 0: reference numerics (x as is). 32 or 128: official numerics, x quantized to E4M3 per
+    // act_block channels with power-of-two scales first (backend/cpu fake_quant_fp8_ue8m0); for
+    // FP8 weights it must equal block_in.
+    int act_block = 0;
+    float *y = nullptr;                 // [M, N]; must not alias x or w
+    int M = 1;                          // 1..16
 };
 
-// FP8 E4M3 weight with E8M0 block scales. Needs K % 16 == 0 and block_in % 16 == 0.
-Status gemv_fp8_block(const device_info &dev, const gemv_params &p, cudaStream_t stream);
-// MXFP4 weight (E2M1 + E8M0 per 32 along K). Needs K % 32 == 0.
-Status gemv_mxfp4(const device_info &dev, const gemv_params &p, cudaStream_t stream);
+// The launch shape of one batch of matrices, computed on the host once per shape (a decode
+// step captured in a graph reuses it): how each matrix is cut into work items and how much
+// workspace its split-K partials need.
+struct gemv_plan {
+    std::vector<gemv_matrix> mats;  // in launch order (grouped by format and numerics)
+    std::vector<int> ksplit;       // K slices per 16-row tile, per matrix
+    std::vector<size_t> x_offset;  // where each matrix's split x lives in the workspace
+    size_t workspace_bytes = 0;
+};
+
+Result<gemv_plan> plan_gemv(const device_info &dev, const std::vector<gemv_matrix> &mats);
+
+// workspace: workspace_bytes of device memory, zeroed once when allocated (the kernel leaves its
+// tile counters at zero again after every run, so replays need no memset).
+Status run_gemv(const gemv_plan &plan, void *workspace, cudaStream_t stream);
 
 }  // namespace ds41rt::backend::cuda
