@@ -48,6 +48,7 @@ void print_owner(std::string &o, const std::string &title, const dist::DeviceBud
     else
         o += fmt::format("  {:<34} budget {:>11}   charged {:>11}   free {:>11}\n", title, format_size(b.budget_bytes),
                          format_size(charged), format_size(b.budget_bytes - std::min(b.budget_bytes, charged)));
+    if (b.charges.empty()) o += "      (idle: no remote layer)\n";
     std::set<std::string> shown;
     auto line = [&](const std::string &k, uint64_t v) {
         o += fmt::format("      {:<17} {:>11}   {}\n", k, format_size(v), charge_note(k));
@@ -78,7 +79,7 @@ std::string plan_table(const dist::placement_input &in, const dist::placement &p
                      in.cpu_coordinator ? std::string("on the CPU backend") : fmt::format("{} GPU{}", gpus, gpus == 1 ? "" : "s"),
                      in.workers.size(), in.workers.size() == 1 ? "" : "s",
                      in.workers.empty() ? "" : fmt::format(" at TP{}", p.tp));
-    o += fmt::format("load: context {} tokens x {} sequences, prefill batch {}, {} drafted tokens per sequence and step\n",
+    o += fmt::format("load: context {} tokens x {} sequences, prefill batch {}, drafts verified per sequence and step: {}\n",
                      in.load.context, in.load.concurrency, in.load.prefill_batch, p.draft_tokens);
     o += fmt::format("state: {} per {}-token page per sequence, {} per sequence at the planned context\n",
                      format_size(p.kv_bytes_per_page), dist::KV_PAGE_TOKENS, format_size(p.kv_bytes_per_sequence));
