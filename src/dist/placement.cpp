@@ -183,7 +183,9 @@ Result<placement> place(const placement_input &in) {
         return in.gpu_budgets[size_t(g)];
     };
 
-    // ---- rule 3: fill bottom-up. Two passes: the first charges transport staging to every GPU
+    // ---- rule 3: fill bottom-up, each layer on the GPU that runs its attention when it has room
+    // (its rows then never cross to another GPU for the experts), else on the first GPU with
+    // room; the first layer that finds none ends the local run. Two passes: the first charges transport staging to every GPU
     // when there are workers; the second only to GPUs that own the attention of a remote layer
     // (never more than the first, so the local set can only grow and the plan stays valid). ----
     std::vector<bool> remote_owner(size_t(G), W > 0);
@@ -212,10 +214,14 @@ Result<placement> place(const placement_input &in) {
         }
         if (!overfull.empty()) return Status::invalid_argument("infeasible: " + overfull);
         local_device.clear();
-        int g = 0;
+        auto fits = [&](int g) { return room[size_t(g)] == UNLIMITED || room[size_t(g)] >= out.full_layer_bytes; };
         for (int l = 0; l < n; l++) {
             if (in.max_local_layers >= 0 && int(local_device.size()) >= in.max_local_layers) break;
-            while (g < G && room[size_t(g)] != UNLIMITED && room[size_t(g)] < out.full_layer_bytes) g++;
+            int g = out.dense_owner[size_t(l)];
+            if (!fits(g)) {
+                g = 0;
+                while (g < G && !fits(g)) g++;
+            }
             if (g == G) break;
             if (room[size_t(g)] != UNLIMITED) room[size_t(g)] -= out.full_layer_bytes;
             local_device.push_back(g);

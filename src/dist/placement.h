@@ -10,8 +10,9 @@
 //  2. Fixed charges first: weights other than routed experts, KV pools for `concurrency`
 //     sequences of `context` tokens, workspaces, transport buffers, CUDA graphs, request-time
 //     memory, the CUDA runtime, and headroom derived from those and the concurrency.
-//  3. Whole routed-expert layers fill the GPUs bottom-up (layer 0 first, GPU 0 first), at full
-//     width, while they fit (or up to max_local_layers).
+//  3. Whole routed-expert layers fill the GPUs bottom-up (layer 0 first), at full width, while
+//     they fit (or up to max_local_layers): each on the GPU that runs its attention when that has
+//     room (no hop between GPUs for the experts), else on the first GPU with room.
 //  4. The remaining layers go to the workers at TP width `tp`: workers form groups of tp
 //     consecutive workers; groups take contiguous runs of the remaining layers (as even as
 //     possible, earlier groups the remainder); each rank holds its tp_slice of every layer of its

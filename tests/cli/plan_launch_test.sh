@@ -17,9 +17,9 @@ check() {  # name, expected exit, actual exit, file, regex
 "$BIN" plan --model-type deepseek_v41 --format official --gpus 2 >"$TMP/out" 2>&1; rc=$?
 check refusal 1 $rc "$TMP/out" '^ds41rt plan: infeasible: the routed experts of layers [0-9]+-39 .*there are no workers; short by [0-9]+\.[0-9]{2} GiB$'
 
-# EXL3 K2 fits the same pair; --out writes a plan that names its format and version.
+# EXL3 K2 fits the same pair, each layer on the GPU of its attention; --out writes a plan that names its format and version.
 "$BIN" plan --model-type deepseek_v41 --format exl3 --gpus 2 --out "$TMP/plan.json" >"$TMP/out" 2>&1; rc=$?
-check exl3_two_gpus 0 $rc "$TMP/out" '^  0-39 +gpu0 '
+check exl3_two_gpus 0 $rc "$TMP/out" '^  20-39 +gpu1 '
 check plan_json 0 0 "$TMP/plan.json" '"format": "exl3"'
 
 # Bad arguments are not refusals.

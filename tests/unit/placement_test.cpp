@@ -224,7 +224,7 @@ TEST(placement_layouts, one_h200_with_two_workers) {
     EXPECT_EQ(official->ranks[0].layer_bytes, 3609722880ull);  // ref 1.3 TP2 per rank
 }
 
-TEST(placement_layouts, two_h200_with_two_workers_fill_gpu0_then_gpu1) {
+TEST(placement_layouts, two_h200_with_two_workers_fill_bottom_up) {
     for (auto f : {expert_format::OFFICIAL, expert_format::NVFP4, expert_format::EXL3}) {
         auto one = place(h200s(1, 2, f));
         auto two = place(h200s(2, 2, f));
@@ -241,9 +241,12 @@ TEST(placement_layouts, two_h200_with_two_workers_fill_gpu0_then_gpu1) {
         EXPECT_EQ(charge(two->plan.coordinator[0], "weights.drafter"), 0u);
         EXPECT_GT(charge(two->plan.coordinator[1], "weights.drafter"), 0u);
     }
-    // EXL3 K2 experts (127.2 GiB) fit on two H200s next to everything else: nothing is remote.
+    // EXL3 K2 experts (127.2 GiB) fit on two H200s next to everything else: nothing is remote,
+    // and each layer's experts sit with its attention (layers 0-19 on gpu0, 20-39 on gpu1).
     auto exl3 = place(h200s(2, 2, expert_format::EXL3));
     EXPECT_EQ(local_layers(*exl3), 40);
+    for (const auto &l : exl3->plan.layers) EXPECT_EQ(l.local_device, l.layer < 20 ? 0 : 1) << l.layer;
+    EXPECT_TRUE(exl3->ranks[0].layers.empty());
 }
 
 // The compact profile: one GPU capped at 32 GiB (34.36 GB, reference-system 4.4), 2 workers.
