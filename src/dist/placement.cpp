@@ -185,9 +185,10 @@ Result<placement> place(const placement_input &in) {
 
     // ---- rule 3: fill bottom-up, each layer on the GPU that runs its attention when it has room
     // (its rows then never cross to another GPU for the experts), else on the first GPU with
-    // room; the first layer that finds none ends the local run. Two passes: the first charges transport staging to every GPU
-    // when there are workers; the second only to GPUs that own the attention of a remote layer
-    // (never more than the first, so the local set can only grow and the plan stays valid). ----
+    // room; the first layer that finds none ends the local run. Two passes: the first charges
+    // transport staging to every GPU when there are workers; the second only to GPUs that own
+    // the attention of a layer the first pass left remote (rooms only grow, so the remote layers
+    // of the second pass are a subset and every GPU that needs staging still has it). ----
     std::vector<bool> remote_owner(size_t(G), W > 0);
     std::vector<gpu_fixed> fixed;
     std::vector<int> local_device;  // per local layer
