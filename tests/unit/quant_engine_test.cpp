@@ -1,0 +1,155 @@
+// A tiny V4.1 model with NVFP4 routed experts, end to end through the engine.
+//
+// No NVFP4 writer of ours is involved: the routed experts of the transformers-made fixture
+// deepseek-v41-flash-noqat-quant (MXFP4: E2M1 codes, one power-of-two E8M0 scale per 32) are
+// re-expressed losslessly in the NVFP4 layout of the V4.1 publication: the same code bytes as U8,
+// each power-of-two scale written as an exact E4M3 power of two per 16 inputs times a per-tensor
+// power-of-two weight_scale_2. Every dequantized weight is therefore bit-identical, and the
+// engine must reproduce the fixture's expected logits (transformers on those weights) exactly as
+// it does from the MXFP4 original: same logits bit for bit, greedy tokens, 1e-4 to transformers.
+// (input_scale is not read by the dequantize-on-load CPU reference; W4A4 is judged in
+// quant_fixture_test against ModelOpt.)
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "io/safetensors.h"
+
+namespace ds41rt {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path SRC = fs::path(DS41RT_FIXTURES_DIR) / "deepseek-v41-flash-noqat-quant";
+
+bool routed_weight(const std::string &n, int n_layers, std::string *prefix) {
+    // layers.L.ffn.experts.E.wK.weight with L < n_layers
+    if (n.rfind("layers.", 0) != 0 || n.find(".ffn.experts.") == std::string::npos) return false;
+    if (n.size() < 7 || n.compare(n.size() - 7, 7, ".weight") != 0) return false;
+    if (std::stoi(n.substr(7)) >= n_layers) return false;
+    *prefix = n.substr(0, n.size() - 7);
+    return true;
+}
+
+// Writes the NVFP4 re-expression of SRC into dir; false (with a failure) if some scale cannot be
+// expressed exactly.
+void transcode(const fs::path &dir) {
+    std::ifstream cf(SRC / "config.json");
+    nlohmann::json cfg = nlohmann::json::parse(cf);
+    const int n_layers = cfg["text_config"]["num_hidden_layers"].get<int>();
+    auto &q = cfg["quantization_config"];
+    q["quant_algo"] = "MIXED_PRECISION";
+    q["moe_quant_algo"] = "NVFP4";
+    q["group_size"] = 16;
+    for (int l = 0; l < n_layers; l++)
+        q["quantized_layers"]["layers." + std::to_string(l) + ".ffn.experts"] = {{"quant_algo", "NVFP4"}, {"group_size", 16}};
+    std::ofstream(dir / "config.json") << cfg.dump(2);
+    for (const char *f : {"engram_token_map.safetensors", "tokenizer.json", "expected.safetensors"})
+        fs::copy_file(SRC / f, dir / f);
+
+    auto ck = io::checkpoint::open(SRC.string());
+    ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+    std::vector<std::pair<std::string, Tensor>> out;
+    std::vector<std::shared_ptr<std::vector<uint8_t>>> keep;
+    for (const std::string &n : ck->names()) {
+        std::string p;
+        if (n.size() > 6 && n.compare(n.size() - 6, 6, ".scale") == 0) {
+            std::string w = n.substr(0, n.size() - 6) + ".weight";
+            if (routed_weight(w, n_layers, &p)) continue;  // replaced below
+        }
+        Tensor t = *ck->get(n);
+        if (!routed_weight(n, n_layers, &p)) {
+            out.emplace_back(n, t);
+            continue;
+        }
+        const Tensor s = *ck->get(p + ".scale");  // e8m0 [out, in/32]
+        const int64_t rows = s.dim(0), b32 = s.dim(1);
+        int emax = 0;
+        for (int64_t i = 0; i < s.numel(); i++) emax = std::max(emax, int(s.data<uint8_t>()[i]));
+        Tensor ws(dtype::F8_E4M3, {rows, 2 * b32});
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t b = 0; b < b32; b++) {
+                const int pw = int(s.data<uint8_t>()[r * b32 + b]) - emax + 8;  // 2^pw in [2^-9, 2^8]
+                ASSERT_GE(pw, -9) << n << ": scale spread too wide for an exact E4M3 power of two";
+                const uint8_t code = pw >= -6 ? uint8_t((pw + 7) << 3) : uint8_t(1 << (pw + 9));
+                ws.data_mut<uint8_t>()[r * 2 * b32 + 2 * b] = code;
+                ws.data_mut<uint8_t>()[r * 2 * b32 + 2 * b + 1] = code;
+            }
+        Tensor ws2(dtype::F32, {}), is(dtype::F32, {});
+        ws2.data_mut<float>()[0] = std::ldexp(1.0f, emax - 127 - 8);
+        is.data_mut<float>()[0] = 1.0f / 2688.0f;
+        out.emplace_back(n, Tensor(dtype::U8, t.shape(), t.raw(), nullptr));
+        out.emplace_back(p + ".weight_scale", ws);
+        out.emplace_back(p + ".weight_scale_2", ws2);
+        out.emplace_back(p + ".input_scale", is);
+    }
+    Status st = io::write_safetensors((dir / "model.safetensors").string(), out);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+}
+
+Tensor prefill(const fs::path &dir, const std::vector<int32_t> &prompt) {
+    auto e = engine::engine::open(dir.string());
+    EXPECT_TRUE(e.is_ok()) << e.status().to_string();
+    if (!e.is_ok()) return {};
+    engine::seq_id s = (*e)->create_sequence();
+    std::vector<Tensor> out;
+    EXPECT_TRUE((*e)->step({{s, prompt}}, &out).is_ok());
+    return out.empty() ? Tensor() : out[0];
+}
+
+TEST(quant_engine, nvfp4_experts_reproduce_the_mxfp4_fixture) {
+    if (!fs::exists(SRC / "expected.safetensors")) GTEST_SKIP() << SRC << " absent";
+    static std::atomic<int> n{0};
+    const fs::path dir = fs::temp_directory_path() / ("ds41rt_nvfp4_e2e_" + std::to_string(getpid()) + "_" + std::to_string(n++));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    transcode(dir);
+    if (HasFatalFailure()) return;
+
+    auto ef = io::safetensors_file::open((SRC / "expected.safetensors").string());
+    ASSERT_TRUE(ef.is_ok());
+    const Tensor ids = *(*ef)->get("prompt.ids");
+    const std::vector<int32_t> prompt(ids.data<int64_t>(), ids.data<int64_t>() + ids.numel());
+    const Tensor want = *(*ef)->get("prompt.logits");
+
+    const Tensor a = prefill(SRC, prompt), b = prefill(dir, prompt);
+    ASSERT_FALSE(a.empty() || b.empty());
+    ASSERT_EQ(a.shape(), b.shape());
+    EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << "NVFP4 experts changed the logits";
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < b.numel(); i++) {
+        num += (double(b.data<float>()[i]) - want.data<float>()[i]) * (double(b.data<float>()[i]) - want.data<float>()[i]);
+        den += double(want.data<float>()[i]) * want.data<float>()[i];
+    }
+    std::printf("    NVFP4-expert engine vs transformers: prompt logits rel err %.3g (%lld positions)\n",
+                std::sqrt(num / den), (long long)b.dim(0));
+    EXPECT_LT(std::sqrt(num / den), 1e-4);
+
+    // Greedy continuation from the NVFP4 model equals the fixture's.
+    auto e = engine::engine::open(dir.string());
+    ASSERT_TRUE(e.is_ok());
+    const Tensor gen = *(*ef)->get("gen.ids");
+    engine::seq_id s = (*e)->create_sequence();
+    std::vector<Tensor> out;
+    ASSERT_TRUE((*e)->step({{s, prompt}}, &out).is_ok());
+    const int64_t V = out[0].dim(1);
+    for (int64_t i = 0; i < gen.numel(); i++) {
+        const float *row = out[0].data<float>() + (out[0].dim(0) - 1) * V;
+        const int64_t best = std::max_element(row, row + V) - row;
+        ASSERT_EQ(best, gen.data<int64_t>()[i]) << "greedy step " << i;
+        ASSERT_TRUE((*e)->step({{s, {int32_t(best)}}}, &out).is_ok());
+    }
+    fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ds41rt
