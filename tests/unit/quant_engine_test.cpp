@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <unistd.h>
 
@@ -58,8 +59,22 @@ void transcode(const fs::path &dir) {
 
     auto ck = io::checkpoint::open(SRC.string());
     ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+    // ModelOpt gives gate (w1) and up (w3) one weight_scale_2 (the loader insists): one exponent
+    // base per expert for both.
+    auto group = [](std::string p) {
+        const size_t at = p.rfind(".w3");
+        if (at != std::string::npos && at + 3 == p.size()) p.replace(at, 3, ".w1");
+        return p;
+    };
+    std::map<std::string, int> emax_of;
+    for (const std::string &n : ck->names()) {
+        std::string p;
+        if (!routed_weight(n, n_layers, &p)) continue;
+        const Tensor s = *ck->get(p + ".scale");
+        int &m = emax_of[group(p)];
+        for (int64_t i = 0; i < s.numel(); i++) m = std::max(m, int(s.data<uint8_t>()[i]));
+    }
     std::vector<std::pair<std::string, Tensor>> out;
-    std::vector<std::shared_ptr<std::vector<uint8_t>>> keep;
     for (const std::string &n : ck->names()) {
         std::string p;
         if (n.size() > 6 && n.compare(n.size() - 6, 6, ".scale") == 0) {
@@ -73,8 +88,7 @@ void transcode(const fs::path &dir) {
         }
         const Tensor s = *ck->get(p + ".scale");  // e8m0 [out, in/32]
         const int64_t rows = s.dim(0), b32 = s.dim(1);
-        int emax = 0;
-        for (int64_t i = 0; i < s.numel(); i++) emax = std::max(emax, int(s.data<uint8_t>()[i]));
+        const int emax = emax_of[group(p)];
         Tensor ws(dtype::F8_E4M3, {rows, 2 * b32});
         for (int64_t r = 0; r < rows; r++)
             for (int64_t b = 0; b < b32; b++) {
