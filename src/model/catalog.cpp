@@ -6,6 +6,7 @@
 // describes the tiny test models. The full-size totals are pinned by tests/unit/catalog_test.cpp.
 #include "model/catalog.h"
 
+#include <algorithm>
 #include <string_view>
 
 namespace ds41rt::model {
@@ -117,6 +118,16 @@ std::vector<stored_tensor> stored_tensors(const catalog_entry &e, const model_co
     return {};
 }
 
+int expert_tp_align(const model_config &c, storage_format f) {
+    switch (f) {
+    case storage_format::MXFP4:     return 32;
+    case storage_format::NVFP4:     return 16;
+    case storage_format::EXL3:      return 128;
+    case storage_format::FP8_BLOCK: return std::max(c.fp8_block_out, c.fp8_block_in);
+    default:                        return 1;
+    }
+}
+
 uint64_t expert_layer_bytes(const model_config &c, storage_format f) {
     const int64_t inter = c.moe_inter_dim, dim = c.dim;
     uint64_t per_expert = 0;
@@ -167,6 +178,12 @@ F expert_format(const model_config &c, model_part part) {
     if (c.quant_method == "fp8") return F::FP8_BLOCK;
     return F::BF16;
 }
+
+}  // namespace
+
+storage_format routed_expert_format(const model_config &c) { return expert_format(c, model_part::TEXT); }
+
+namespace {
 
 // Linears the release stores as FP8 blocks; plain bf16 when the config has no quantization.
 F linear_format(const model_config &c) { return c.quant_method == "fp8" ? F::FP8_BLOCK : F::BF16; }

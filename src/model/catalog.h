@@ -96,5 +96,11 @@ catalog_totals totals(const std::vector<catalog_entry> &entries, const model_con
 // companion tensor) if stored in format f: MXFP4, NVFP4, EXL3 (K = c.exl3_bits, 2 if unset),
 // FP8_BLOCK or BF16. The placement planner's per-layer cost of each publication.
 uint64_t expert_layer_bytes(const model_config &c, storage_format f);
+// The channel unit a tensor-parallel cut of the expert intermediate dimension must respect in
+// format f: 32 (MXFP4 scale blocks), 16 (NVFP4 scale blocks), 128 (EXL3 Hadamard blocks), the FP8
+// block grid, 1 otherwise. What dist::tp_slice takes as `align`.
+int expert_tp_align(const model_config &c, storage_format f);
+// The storage format of the target layers' routed experts under c.
+storage_format routed_expert_format(const model_config &c);
 
 }  // namespace ds41rt::model

@@ -233,5 +233,18 @@ TEST(quant_config, expert_layer_bytes_per_format) {
     EXPECT_EQ(layer0, 7644128256ull);
 }
 
+// The TP unit of each format (spec quant-formats 2.5: V4.1's I = 2304 = 18 EXL3 blocks).
+TEST(quant_config, routed_format_and_tp_alignment) {
+    Result<model_config> off = parse_config(full_v41().dump()), nv = with_qc(nvfp4_qc(40)), ex = with_qc(exl3_qc());
+    ASSERT_TRUE(off.is_ok() && nv.is_ok() && ex.is_ok());
+    EXPECT_EQ(routed_expert_format(*off), storage_format::MXFP4);
+    EXPECT_EQ(routed_expert_format(*nv), storage_format::NVFP4);
+    EXPECT_EQ(routed_expert_format(*ex), storage_format::EXL3);
+    EXPECT_EQ(expert_tp_align(*off, storage_format::MXFP4), 32);
+    EXPECT_EQ(expert_tp_align(*nv, storage_format::NVFP4), 16);
+    EXPECT_EQ(expert_tp_align(*ex, storage_format::EXL3), 128);
+    EXPECT_EQ(2304 % expert_tp_align(*ex, storage_format::EXL3), 0);
+}
+
 }  // namespace
 }  // namespace ds41rt::model
