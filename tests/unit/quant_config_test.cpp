@@ -4,8 +4,10 @@
 // the format definitions), not numbers this code produced.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -151,6 +153,26 @@ TEST(quant_config, hf_quant_config_must_agree) {
     hf["quantization"]["group_size"] = 32;
     st = check_hf_quant_config(hf.dump(), *nv);
     EXPECT_NE(st.message().find("group_size"), std::string::npos) << st.message();
+}
+
+// load_config reads hf_quant_config.json beside config.json and refuses a disagreement.
+TEST(quant_config, load_config_reads_hf_quant_config) {
+    const std::filesystem::path d = std::filesystem::temp_directory_path() / ("ds41rt_hfq_" + std::to_string(getpid()));
+    std::filesystem::create_directories(d);
+    std::ofstream(d / "config.json") << full_v41().dump();  // official: no NVFP4 experts
+    EXPECT_TRUE(load_config(d.string()).is_ok());
+    std::ofstream(d / "hf_quant_config.json")
+        << R"({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4", "group_size": 16}})";
+    Result<model_config> c = load_config(d.string());
+    ASSERT_FALSE(c.is_ok());
+    EXPECT_NE(c.status().message().find("hf_quant_config.json: quantization.quant_algo"), std::string::npos)
+        << c.status().message();
+    json cfg = full_v41();
+    cfg["quantization_config"] = nvfp4_qc(40);
+    std::ofstream(d / "config.json") << cfg.dump();
+    c = load_config(d.string());
+    EXPECT_TRUE(c.is_ok()) << c.status().to_string();
+    std::filesystem::remove_all(d);
 }
 
 // Spec quant-formats 1.3 / 2.3 (checked there against the real safetensors headers).
