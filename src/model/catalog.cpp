@@ -6,6 +6,7 @@
 // describes the tiny test models. The full-size totals are pinned by tests/unit/catalog_test.cpp.
 #include "model/catalog.h"
 
+#include <algorithm>
 #include <string_view>
 
 namespace ds41rt::model {
@@ -37,6 +38,8 @@ const char *storage_format_name(storage_format f) {
     case storage_format::MXFP4:        return "MXFP4";
     case storage_format::ENGRAM_TABLE: return "ENGRAM_TABLE";
     case storage_format::I64:          return "I64";
+    case storage_format::NVFP4:        return "NVFP4";
+    case storage_format::EXL3:         return "EXL3";
     }
     return "?";
 }
@@ -58,12 +61,19 @@ std::string scale_name(const std::string &weight_name) {
     return weight_name + ".scale";
 }
 
+std::string companion_name(const std::string &weight_name, const char *suffix) {
+    constexpr std::string_view w = ".weight";
+    std::string p = weight_name;
+    if (p.size() >= w.size() && std::string_view(p).substr(p.size() - w.size()) == w) p.resize(p.size() - w.size());
+    return p + "." + suffix;
+}
+
 namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
 shape_t stored_weight_shape(storage_format f, const shape_t &logical) {
-    if (f == storage_format::MXFP4) return {logical[0], logical[1] / 2};
+    if (f == storage_format::MXFP4 || f == storage_format::NVFP4) return {logical[0], logical[1] / 2};
     return logical;
 }
 
@@ -72,6 +82,7 @@ shape_t stored_scale_shape(storage_format f, const shape_t &logical, const model
     case storage_format::FP8_BLOCK:    return {ceil_div(logical[0], c.fp8_block_out), ceil_div(logical[1], c.fp8_block_in)};
     case storage_format::MXFP4:        return {logical[0], ceil_div(logical[1], 32)};
     case storage_format::ENGRAM_TABLE: return {logical[0], ceil_div(logical[1], 32)};
+    case storage_format::NVFP4:        return {logical[0], ceil_div(logical[1], 16)};
     default:                           return {};
     }
 }
@@ -88,8 +99,43 @@ std::vector<stored_tensor> stored_tensors(const catalog_entry &e, const model_co
     case storage_format::MXFP4:
         return {{e.name, dtype::I8, stored_weight_shape(e.format, e.shape)},
                 {scale_name(e.name), dtype::F8_E8M0, stored_scale_shape(e.format, e.shape, c)}};
+    case storage_format::NVFP4:
+        return {{e.name, dtype::U8, stored_weight_shape(e.format, e.shape)},
+                {companion_name(e.name, "weight_scale"), dtype::F8_E4M3, stored_scale_shape(e.format, e.shape, c)},
+                {companion_name(e.name, "weight_scale_2"), dtype::F32, {}},
+                {companion_name(e.name, "input_scale"), dtype::F32, {}}};
+    case storage_format::EXL3: {
+        // Logical [out, in] as every other linear; EXL3 stores W[in, out] (y = x W) as 16x16 tiles.
+        const int64_t out = e.shape[0], in = e.shape[1], k = c.exl3_bits > 0 ? c.exl3_bits : 2;
+        std::vector<stored_tensor> v = {{companion_name(e.name, "trellis"), dtype::I16, {in / 16, out / 16, 16 * k}},
+                                        {companion_name(e.name, "suh"), dtype::F16, {in}},
+                                        {companion_name(e.name, "svh"), dtype::F16, {out}}};
+        if (c.exl3_cb == exl3_codebook::MCG) v.push_back({companion_name(e.name, "mcg"), dtype::I32, {}});
+        if (c.exl3_cb == exl3_codebook::MUL1) v.push_back({companion_name(e.name, "mul1"), dtype::I32, {}});
+        return v;
+    }
     }
     return {};
+}
+
+int expert_tp_align(const model_config &c, storage_format f) {
+    switch (f) {
+    case storage_format::MXFP4:     return 32;
+    case storage_format::NVFP4:     return 16;
+    case storage_format::EXL3:      return 128;
+    case storage_format::FP8_BLOCK: return std::max(c.fp8_block_out, c.fp8_block_in);
+    default:                        return 1;
+    }
+}
+
+uint64_t expert_layer_bytes(const model_config &c, storage_format f) {
+    const int64_t inter = c.moe_inter_dim, dim = c.dim;
+    uint64_t per_expert = 0;
+    for (const shape_t &s : {shape_t{inter, dim}, shape_t{inter, dim}, shape_t{dim, inter}}) {
+        catalog_entry e{"x.weight", tensor_role::ROUTED_EXPERT, f, s, 0, model_part::TEXT};
+        for (const stored_tensor &t : stored_tensors(e, c)) per_expert += dtype_bytes(t.type, size_t(shape_numel(t.shape)));
+    }
+    return per_expert * uint64_t(c.n_routed_experts);
 }
 
 catalog_totals totals(const std::vector<catalog_entry> &entries, const model_config &c) {
@@ -123,12 +169,21 @@ struct rows {
 };
 
 // Routed experts are FP4 in the official releases; fp8 and bf16 expert checkpoints exist
-// (V4-Flash-Base) and are described by their quantization_config.
-F expert_format(const model_config &c) {
+// (V4-Flash-Base) and are described by their quantization_config. The quantized publications
+// re-encode only the target layers' routed experts; MTP / DSpark experts stay official.
+F expert_format(const model_config &c, model_part part) {
+    if (part == model_part::TEXT && c.routed_quant == expert_quant::NVFP4) return F::NVFP4;
+    if (part == model_part::TEXT && c.routed_quant == expert_quant::EXL3) return F::EXL3;
     if (c.expert_dtype == "fp4") return F::MXFP4;
     if (c.quant_method == "fp8") return F::FP8_BLOCK;
     return F::BF16;
 }
+
+}  // namespace
+
+storage_format routed_expert_format(const model_config &c) { return expert_format(c, model_part::TEXT); }
+
+namespace {
 
 // Linears the release stores as FP8 blocks; plain bf16 when the config has no quantization.
 F linear_format(const model_config &c) { return c.quant_method == "fp8" ? F::FP8_BLOCK : F::BF16; }
@@ -164,7 +219,7 @@ void add_attention_core(const rows &b, const model_config &c) {
 
 void add_moe(const rows &b, const model_config &c, int n_experts, bool hash_routed, bool vl_bias) {
     const F fp8 = linear_format(c);
-    const F fp4 = expert_format(c);
+    const F fp4 = expert_format(c, b.part);
     const int64_t inter = c.moe_inter_dim;
     b.add("ffn.gate.weight", R::ROUTER, F::BF16, {n_experts, c.dim});
     if (hash_routed)

@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/quant_config.h"
+
 namespace ds41rt::model {
 
 using json = nlohmann::json;
@@ -434,20 +436,7 @@ Result<model_config> parse_config(const std::string &json_text) {
     }
     DS41RT_RETURN_IF_ERROR(rr.status());
     DS41RT_RETURN_IF_ERROR(r.status());
-    if (quant) {
-        field_reader q(*quant, qprefix);
-        c.quant_method = q.str_or("quant_method", "");
-        // The reference ModelArgs of both lines default expert_dtype to fp4 with fp8 weights
-        // (V4's official config.json does not spell it out).
-        c.expert_dtype = q.str_or("expert_dtype", c.quant_method == "fp8" ? "fp4" : "");
-        std::vector<int> block = q.ints_or("weight_block_size", {128, 128});
-        DS41RT_RETURN_IF_ERROR(q.status());
-        if (block.size() != 2)
-            return Status::invalid_argument(q.path("weight_block_size") + ": expected [out, in], got " +
-                                            std::to_string(block.size()) + " entries");
-        c.fp8_block_out = block[0];
-        c.fp8_block_in  = block[1];
-    }
+    if (quant) DS41RT_RETURN_IF_ERROR(parse_quantization_config(*quant, qprefix, c));
 
     // ---- tokens: the root wins over text_config (the official V4.1 file keeps them at the root) ----
     c.bos_token_id = token_id(r, "bos_token_id", 0);
@@ -486,6 +475,15 @@ Result<model_config> load_config(const std::string &dir) {
     if (f.bad()) return Status::io_error(path + ": read failed");
     Result<model_config> c = parse_config(ss.str());
     if (!c) return Status(c.status().code(), path + ": " + c.status().message());
+    // ModelOpt's legacy file: vLLM reads it first, so a disagreement with config.json would make
+    // two engines read two different models out of one directory. Refuse it.
+    std::ifstream h(dir + "/hf_quant_config.json", std::ios::binary);
+    if (h) {
+        std::stringstream hs;
+        hs << h.rdbuf();
+        Status st = check_hf_quant_config(hs.str(), c.value());
+        if (!st) return Status(st.code(), dir + "/" + st.message());
+    }
     return c;
 }
 
@@ -577,6 +575,13 @@ void validate_common(const model_config &c, rule_checker &k) {
         k.require(c.dim % 32 == 0 && c.moe_inter_dim % 32 == 0,
                   "moe_intermediate_size / hidden_size: FP4 experts need in-dims that are multiples of 32 "
                   "(one e8m0 scale per 32)");
+    if (c.routed_quant == expert_quant::NVFP4)
+        k.require(c.dim % 32 == 0 && c.moe_inter_dim % 32 == 0,
+                  "moe_intermediate_size / hidden_size: NVFP4 experts need multiples of 32 (16-input scale blocks, "
+                  "two codes per byte, and the MTP experts stay MXFP4)");
+    if (c.routed_quant == expert_quant::EXL3)
+        k.require(c.dim % 128 == 0 && c.moe_inter_dim % 128 == 0,
+                  "moe_intermediate_size / hidden_size: EXL3 experts need multiples of 128 (the Hadamard blocks)");
     auto token_ok = [&](int id, const char *key) {
         k.require(id >= 0 && id < c.vocab_size, std::string(key) + ": " + std::to_string(id) + " outside [0, vocab_size)");
     };

@@ -17,6 +17,12 @@ namespace ds41rt::model {
 enum class arch { V4, V41 };
 const char *arch_name(arch a);  // "deepseek_v4" / "deepseek_v41"
 
+enum class expert_quant { OFFICIAL, NVFP4, EXL3 };
+const char *expert_quant_name(expert_quant q);  // "official" / "nvfp4" / "exl3"
+// exllamav3's codebooks, numbered as its kernels number them (cb 0, 1, 2).
+enum class exl3_codebook { INST3 = 0, MCG = 1, MUL1 = 2 };
+const char *exl3_codebook_name(exl3_codebook cb);  // "3inst" / "mcg" / "mul1"
+
 struct model_config {
     arch model_arch = arch::V41;
 
@@ -91,7 +97,12 @@ struct model_config {
     // ---- storage (quantization_config) ----
     int fp8_block_out = 128, fp8_block_in = 128;  // weight_block_size
     std::string expert_dtype;                      // "fp4" or "" (bf16/fp8 experts)
-    std::string quant_method;                      // "fp8" or ""
+    std::string quant_method;                      // backbone: "fp8" or "" (EXL3: its non_routed_quantization)
+    // How the routed experts of the target layers (not MTP / DSpark) are stored: the official
+    // MXFP4 (or whatever expert_dtype says), ModelOpt NVFP4, or exllamav3 EXL3 trellis.
+    expert_quant routed_quant = expert_quant::OFFICIAL;
+    int exl3_bits = 0;                             // EXL3: uniform trellis K (1..8)
+    exl3_codebook exl3_cb = exl3_codebook::MCG;    // EXL3: codebook the config announces
 
     // ---- tokens ----
     int bos_token_id = 0, eos_token_id = 1, pad_token_id = 2;
@@ -121,8 +132,11 @@ struct model_config {
 // Parses config.json text. Unknown keys are ignored; missing or out-of-range required keys are
 // INVALID_ARGUMENT naming the key.
 Result<model_config> parse_config(const std::string &json_text);
-// Reads dir/config.json.
+// Reads dir/config.json and, when present, dir/hf_quant_config.json (ModelOpt's legacy file),
+// which must agree with config.json's quantization_config.
 Result<model_config> load_config(const std::string &dir);
+// Checks hf_quant_config.json text against a parsed config (what load_config does with the file).
+Status check_hf_quant_config(const std::string &json_text, const model_config &c);
 // Checks every invariant the engine relies on; the message names the key and the rule broken.
 Status validate(const model_config &c);
 

@@ -9,8 +9,12 @@
 
 #include <array>
 #include <cstring>
+#include <string_view>
 
 #include <fmt/format.h>
+
+#include "model/exl3.h"
+#include "model/nvfp4.h"
 
 namespace ds41rt::model {
 
@@ -60,7 +64,35 @@ Status absent(const std::string &name, const std::string &expected) {
 
 // The stored format of one catalog entry after verifying the weight and its .scale: the release
 // format, or BF16 / F32 when the plain variant stores the logical tensor without a .scale.
+// NVFP4 / EXL3 entries: every companion present with its dtype and shape. An EXL3 trellis may
+// carry any K in 1..8 (K is per tensor; the config's bits only sets the catalog's default), and the
+// codebook scalar must be the one the config announces.
+Result<storage_format> resolve_quantized_expert(const io::checkpoint &ck, const model_config &c, const catalog_entry &e) {
+    const std::vector<stored_tensor> want = stored_tensors(e, c);
+    for (size_t i = 0; i < want.size(); i++) {
+        const stored_tensor &s = want[i];
+        const io::tensor_info *info = ck.find(s.name);
+        if (!info) return absent(s.name, describe(s.type, s.shape));
+        bool ok = info->type == s.type && info->shape == s.shape;
+        if (e.format == storage_format::EXL3 && i == 0)
+            ok = info->type == s.type && info->shape.size() == 3 && info->shape[0] == s.shape[0] &&
+                 info->shape[1] == s.shape[1] && info->shape[2] % 16 == 0 && info->shape[2] >= 16 &&
+                 info->shape[2] <= 128;
+        if (!ok) return mismatch(s.name, describe(s.type, s.shape), *info);
+    }
+    if (e.format == storage_format::EXL3) {
+        for (const char *cb : {"mcg", "mul1"}) {
+            const std::string n = companion_name(e.name, cb);
+            if (ck.has(n) && !(exl3_codebook_name(c.exl3_cb) == std::string_view(cb)))
+                return Status::corruption(fmt::format("tensor {}: present, but quantization_config.codebook is {}", n,
+                                                      exl3_codebook_name(c.exl3_cb)));
+        }
+    }
+    return e.format;
+}
+
 Result<storage_format> resolve(const io::checkpoint &ck, const model_config &c, const catalog_entry &e) {
+    if (e.format == storage_format::NVFP4 || e.format == storage_format::EXL3) return resolve_quantized_expert(ck, c, e);
     const std::vector<stored_tensor> want = stored_tensors(e, c);
     const stored_tensor &w = want[0];
     const io::tensor_info *info = ck.find(e.name);
@@ -155,7 +187,8 @@ Result<std::unique_ptr<weights>> weights::open(const std::string &dir, model_con
     for (size_t i = 0; i < w->catalog_.size(); i++) {
         const catalog_entry &e = w->catalog_[i];
         w->by_name_.emplace(e.name, i);
-        if (w->ckpt_.has(e.name)) w->present_[int(e.part)] = true;
+        if (w->ckpt_.has(e.format == storage_format::EXL3 ? companion_name(e.name, "trellis") : e.name))
+            w->present_[int(e.part)] = true;
     }
     return w;
 }
@@ -188,11 +221,16 @@ Status weights::check() {
         Result<storage_format> f = resolve(ckpt_, cfg_, e);
         if (f) continue;
         Status st = f.status();
-        if (st.code() == status_code::NOT_FOUND)  // the weight itself, or its .scale companion
-            report_.missing.push_back(ckpt_.has(e.name) ? scale_name(e.name) : e.name);
+        if (st.code() == status_code::NOT_FOUND)  // the weight itself, or one of its companions
+            for (const stored_tensor &s : stored_tensors(e, cfg_))
+                if (!ckpt_.has(s.name)) {
+                    report_.missing.push_back(s.name);
+                    break;
+                }
         report_.problems.push_back(st.message());
         if (first.is_ok()) first = st;
     }
+    if (first.is_ok() && cfg_.routed_quant == expert_quant::NVFP4) first = check_nvfp4_gate_up();
     for (const std::string &n : ckpt_.names())
         if (!explained.count(n)) report_.unexpected.push_back(n);
     if (first.is_ok()) return first;
@@ -242,6 +280,24 @@ Result<Tensor> weights::dequantize(const std::string &name) const {
     }
     Result<storage_format> f = resolve(ckpt_, cfg_, *e);
     if (!f) return f.status();
+    if (*f == storage_format::NVFP4) {
+        Result<nvfp4_linear> l = nvfp4(name);
+        if (!l) return l.status();
+        Tensor out = Tensor::f32({l->out, l->in});
+        nvfp4_dequantize(*l, out.f());
+        return out;
+    }
+    if (*f == storage_format::EXL3) {
+        // The logical [out, in] of every other linear: EXL3's W[in, out] transposed.
+        Result<exl3_linear> l = exl3(name);
+        if (!l) return l.status();
+        std::vector<float> w(size_t(l->in * l->out));
+        exl3_dequantize(*l, w.data());
+        Tensor out = Tensor::f32({l->out, l->in});
+        for (int64_t i = 0; i < l->in; i++)
+            for (int64_t o = 0; o < l->out; o++) out.f()[o * l->in + i] = w[size_t(i * l->out + o)];
+        return out;
+    }
     Result<Tensor> w = ckpt_.get(name);
     if (!w) return w.status();
     switch (*f) {
@@ -275,6 +331,77 @@ Result<Tensor> weights::dequantize(const std::string &name) const {
     default:
         return Status::internal("tensor " + name + ": unhandled storage format");
     }
+}
+
+Result<nvfp4_linear> weights::nvfp4(const std::string &name) const {
+    const catalog_entry *e = entry(name);
+    if (!e || e->format != storage_format::NVFP4)
+        return Status::invalid_argument("tensor " + name + ": not an NVFP4 entry of the catalog");
+    Result<storage_format> f = resolve(ckpt_, cfg_, *e);
+    if (!f) return f.status();
+    Result<Tensor> q = ckpt_.get(name), s = ckpt_.get(companion_name(name, "weight_scale")),
+                   s2 = ckpt_.get(companion_name(name, "weight_scale_2")), in = ckpt_.get(companion_name(name, "input_scale"));
+    for (const Result<Tensor> *t : {&q, &s, &s2, &in})
+        if (!*t) return t->status();
+    nvfp4_linear l;
+    l.out = e->shape[0];
+    l.in = e->shape[1];
+    l.codes = q->data<uint8_t>();
+    l.scales = s->data<uint8_t>();
+    std::memcpy(&l.weight_scale_2, s2->raw(), 4);
+    std::memcpy(&l.input_scale, in->raw(), 4);
+    std::string p = name.substr(0, name.size() - std::string(".weight").size());
+    DS41RT_RETURN_IF_ERROR(nvfp4_check(p, l));
+    return l;
+}
+
+Result<exl3_linear> weights::exl3(const std::string &name) const {
+    const catalog_entry *e = entry(name);
+    if (!e || e->format != storage_format::EXL3)
+        return Status::invalid_argument("tensor " + name + ": not an EXL3 entry of the catalog");
+    Result<storage_format> f = resolve(ckpt_, cfg_, *e);
+    if (!f) return f.status();
+    Result<Tensor> t = ckpt_.get(companion_name(name, "trellis")), su = ckpt_.get(companion_name(name, "suh")),
+                   sv = ckpt_.get(companion_name(name, "svh"));
+    for (const Result<Tensor> *x : {&t, &su, &sv})
+        if (!*x) return x->status();
+    exl3_linear l;
+    l.out = e->shape[0];
+    l.in = e->shape[1];
+    l.k = int(t->dim(2) / 16);
+    l.cb = cfg_.exl3_cb;
+    l.trellis = t->data<uint16_t>();
+    l.suh = su->data<uint16_t>();
+    l.svh = sv->data<uint16_t>();
+    std::string p = name.substr(0, name.size() - std::string(".weight").size());
+    DS41RT_RETURN_IF_ERROR(exl3_check(p, l));
+    return l;
+}
+
+// ModelOpt fuses the amax of modules sharing an input, so w1 (gate) and w3 (up) of one expert carry
+// the same weight_scale_2 and input_scale, and the fused kernels apply one alpha to both halves.
+// A checkpoint that breaks this would be computed wrongly without a word: refuse it by name.
+Status weights::check_nvfp4_gate_up() const {
+    for (const catalog_entry &e : catalog_) {
+        if (e.format != storage_format::NVFP4) continue;
+        const std::string &n = e.name;
+        const size_t at = n.rfind(".w1.weight");
+        if (at == std::string::npos || at + 10 != n.size()) continue;
+        const std::string up = n.substr(0, at) + ".w3.weight";
+        for (const char *sfx : {"weight_scale_2", "input_scale"}) {
+            Result<Tensor> a = ckpt_.get(companion_name(n, sfx)), b = ckpt_.get(companion_name(up, sfx));
+            if (!a) return a.status();
+            if (!b) return b.status();
+            uint32_t x, y;
+            std::memcpy(&x, a->raw(), 4);
+            std::memcpy(&y, b->raw(), 4);
+            if (x != y)
+                return Status::corruption(fmt::format("tensor {}: {} differs from {} ({}); gate and up must share it",
+                                                      companion_name(up, sfx), f32_from_bits(y), companion_name(n, sfx),
+                                                      f32_from_bits(x)));
+        }
+    }
+    return Status::ok();
 }
 
 Status weights::engram_row(int layer, int64_t row, float *out) const {

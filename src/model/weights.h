@@ -29,6 +29,8 @@
 #include "io/safetensors.h"
 #include "model/catalog.h"
 #include "model/config.h"
+#include "model/exl3.h"
+#include "model/nvfp4.h"
 
 namespace ds41rt::model {
 
@@ -54,7 +56,8 @@ public:
 
     // ---- setup: not thread-safe ----
     // Verifies every text entry (and every entry of the optional parts present): presence, dtype
-    // and shape of the weight and its .scale. Returns the first problem with the count of the
+    // and shape of the weight and its .scale (NVFP4 / EXL3: every companion). NVFP4: also that
+    // gate (w1) and up (w3) of each expert share weight_scale_2 and input_scale. Returns the first problem with the count of the
     // rest; report() has all of them and the unexpected tensors.
     Status check();
     const check_report &report() const { return report_; }
@@ -74,10 +77,16 @@ public:
     Result<Tensor> f32(const std::string &name) const;
     // Row `row` of layer `layer`'s Engram table, dequantized into out[engram_head_dim].
     Status engram_row(int layer, int64_t row, float *out) const;
+    // The stored views of an NVFP4 / EXL3 routed-expert linear (catalog name "<p>.weight"),
+    // verified (dtypes, shapes, NaN scales, finite rotations); they point into the mapping this
+    // object owns. f32() of the same name gives the dequantized logical [out, in].
+    Result<nvfp4_linear> nvfp4(const std::string &name) const;
+    Result<exl3_linear> exl3(const std::string &name) const;
 
 private:
     weights() = default;
     Result<Tensor> dequantize(const std::string &name) const;
+    Status check_nvfp4_gate_up() const;
 
     model_config cfg_;
     io::checkpoint ckpt_;
