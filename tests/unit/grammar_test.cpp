@@ -97,7 +97,7 @@ bool feed(grammar_matcher &m, const tokenizer &tok, const std::string &text) {
 
 // The assistant tool-call block exactly as the V4.1 encoder renders it (from the "\n\n" before
 // the calls tag to the calls close tag).
-std::string rendered_calls(const std::vector<chat_tool_call> &calls) {
+std::string rendered_calls(const std::vector<chat_tool_call> &calls, chat_encoding enc = chat_encoding::DSV41) {
     chat_request req;
     req.thinking = thinking_mode::CHAT;
     chat_message u;
@@ -107,10 +107,11 @@ std::string rendered_calls(const std::vector<chat_tool_call> &calls) {
     a.role = chat_role::ASSISTANT;
     a.tool_calls = calls;
     req.messages = {u, a};
-    auto r = render_chat(req, chat_encoding::DSV41);
+    auto r = render_chat(req, enc);
     EXPECT_TRUE(r.is_ok()) << r.status().to_string();
     const std::string &p = r->text;
-    const std::string open = "\n\n<｜DSML｜ calls>", close = "</｜DSML｜ calls>";
+    const std::string tag(dsml_tags(enc).calls);
+    const std::string open = "\n\n<｜DSML｜" + tag + ">", close = "</｜DSML｜" + tag + ">";
     size_t b = p.find(open), e = p.find(close);
     EXPECT_NE(b, std::string::npos);
     EXPECT_NE(e, std::string::npos);
@@ -125,8 +126,9 @@ const char *WEATHER = R"({"name": "get_weather", "description": "Weather of a ci
 const char *TIME = R"({"name": "get_time", "parameters": {"type": "object", "properties": {}}})";
 
 Result<std::shared_ptr<const grammar>> tools_grammar(const env &e, tool_choice_mode mode, std::string named = "",
-                                                     bool reasoning = false) {
+                                                     bool reasoning = false, chat_encoding enc = chat_encoding::DSV41) {
     tool_grammar_request req;
+    req.encoding = enc;
     req.functions = {ojson::parse(WEATHER), ojson::parse(TIME)};
     req.mode = mode;
     req.named = std::move(named);
@@ -337,4 +339,18 @@ TEST(tool_grammar, reasoning_and_auto_modes) {
         grammar_matcher m(*none);
         EXPECT_FALSE(feed(m, *E->tok, block));
     }
+}
+
+// V4 spells the tags without the space ("<｜DSML｜tool_calls>"); its grammar follows its encoder.
+TEST(tool_grammar, v4_tags_follow_the_v4_encoder) {
+    REQUIRE_VOCAB();
+    auto g = tools_grammar(*E, tool_choice_mode::REQUIRED, "", false, chat_encoding::DSV4);
+    ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+    const std::string v4 = rendered_calls({weather_call(R"({"city": "Paris", "days": 7})")}, chat_encoding::DSV4);
+    ASSERT_NE(v4.find("<｜DSML｜tool_calls>"), std::string::npos) << v4;
+    grammar_matcher m(*g);
+    ASSERT_TRUE(feed(m, *E->tok, v4)) << v4;
+    EXPECT_TRUE(m.accept(EOS));
+    grammar_matcher v41(*g);
+    EXPECT_FALSE(feed(v41, *E->tok, rendered_calls({weather_call(R"({"city": "Paris", "days": 7})")})));
 }
