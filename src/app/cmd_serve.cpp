@@ -19,6 +19,7 @@
 #include "engine/engine.h"
 #include "server/http_server.h"
 #include "serving/scheduler.h"
+#include "text/grammar.h"
 #include "text/tokenizer.h"
 
 namespace ds41rt::app {
@@ -113,6 +114,14 @@ int run_serve(const serve_args &a) {
                                                        : "deepseek-ai/DeepSeek-V4.1-Flash";
     ctx.max_context = sched.max_context();
     ctx.max_output_tokens = a.max_output_tokens;
+    std::vector<int32_t> stop_ids;
+    if (cfg.eos_token_id >= 0) stop_ids.push_back(int32_t(cfg.eos_token_id));
+    auto grammars = text::grammar_compiler::create(tok.value(), int32_t(cfg.vocab_size), stop_ids);
+    if (!grammars) {
+        spdlog::error("serve: {}", grammars.status().to_string());
+        return 1;
+    }
+    ctx.grammars = grammars->get();
 
     server::server_options ho;
     ho.host = a.host;

@@ -5,6 +5,7 @@
 #include <limits>
 #include <optional>
 
+#include "server/openai_grammar.h"
 #include "text/chat_encoding.h"
 #include "text/chat_json.h"
 
@@ -167,15 +168,23 @@ Result<api_request> parse_chat_completion(const ojson &body, const api_context &
         if (!r.gen.sampling.logprobs && *tl > 0) return bad("top_logprobs", "requires logprobs to be true");
         r.gen.sampling.top_logprobs = int32_t(*tl);
     }
-    if (const ojson *tc = field(body, "tool_choice")) {
-        if (!(tc->is_string() && (tc->get<std::string>() == "auto" || tc->get<std::string>() == "none")))
-            return bad("tool_choice", "only \"auto\" and \"none\" are supported");
-    }
     Result<text::chat_request> chat = text::parse_chat_request(body, ctx.encoding);
     if (!chat) return chat.status();
     Result<text::rendered_prompt> rendered = text::render_chat(*chat, ctx.encoding);
     if (!rendered) return rendered.status();
     r.starts_in_reasoning = rendered->starts_in_reasoning;
+    if (ctx.grammars) {
+        Result<std::shared_ptr<const text::grammar>> g =
+            chat_grammar(body, *ctx.grammars, ctx.encoding, rendered->starts_in_reasoning);
+        if (!g) return g.status();
+        r.gen.grammar = *g;
+    } else {
+        const ojson *rf = field(body, "response_format");
+        const ojson *tc = field(body, "tool_choice");
+        if ((rf && rf->value("type", "") != "text") ||
+            (tc && !(tc->is_string() && (*tc == "auto" || *tc == "none"))))
+            return Status::not_supported("response_format / tool_choice: this server has no grammar engine");
+    }
     r.gen.prompt = ctx.tok->encode(rendered->text, /*allow_special=*/true);
     DS41RT_RETURN_IF_ERROR(resolve_max_tokens(ctx, max_tokens, &r));
     return r;

@@ -7,8 +7,8 @@
 // max_completion_tokens for chat), temperature, top_p, top_k, min_p, presence_penalty,
 // frequency_penalty, seed, stop (a string or up to 4), n (only 1), stream, stream_options
 // {include_usage}, user (ignored), ignore_eos (vLLM extension). Chat: messages, tools,
-// tool_choice ("auto"/"none" only, ignored), response_format (rendered, not enforced), thinking,
-// reasoning_effort, logprobs (bool), top_logprobs (0..20), parallel_tool_calls (ignored).
+// tool_choice, response_format, parallel_tool_calls, tool_decoding_assistance (the constraints:
+// server/openai_grammar.h), thinking, reasoning_effort, logprobs (bool), top_logprobs (0..20).
 // Completions: prompt (a string, token ids, or a one-element list of either), logprobs (int 0..5),
 // echo (false only), suffix (absent only), best_of (1 only).
 //
@@ -28,6 +28,7 @@
 #include "core/status.h"
 #include "serving/request.h"
 #include "text/chat_tokens.h"
+#include "text/grammar.h"
 #include "text/tokenizer.h"
 
 namespace ds41rt::server {
@@ -38,6 +39,9 @@ struct api_context {
     std::string model_id;
     int64_t max_context = 0;
     int32_t max_output_tokens = 4096;
+    // Compiles response_format / tool-call constraints (server/openai_grammar.h). Null: requests
+    // that need one are NOT_SUPPORTED.
+    text::grammar_compiler *grammars = nullptr;
 };
 
 struct api_request {

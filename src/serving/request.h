@@ -13,11 +13,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "serving/sampling.h"
+#include "text/grammar.h"
 
 namespace ds41rt::serving {
 
@@ -59,6 +61,9 @@ struct generation_request {
     // decode(skip_special_tokens=True) and OpenAI-compatible servers do; chat markers such as
     // "</think>" are not special and stay.
     bool skip_special_tokens = true;
+    // A constraint on the output (tool calls, response_format): each step samples only tokens
+    // it allows, and the request ends (STOP) when it terminates. Null: unconstrained.
+    std::shared_ptr<const text::grammar> grammar;
     event_callback on_event;
 };
 

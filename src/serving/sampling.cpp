@@ -77,9 +77,16 @@ token_logprobs raw_logprobs(std::span<const float> logits, int32_t id, int32_t k
     return out;
 }
 
-int32_t sampler_state::sample(std::span<const float> logits, int64_t position, token_logprobs *lp) {
+int32_t sampler_state::sample(std::span<const float> logits, int64_t position, token_logprobs *lp,
+                              std::span<const uint32_t> allowed) {
     const size_t n = logits.size();
     work_.assign(logits.begin(), logits.end());
+    if (!allowed.empty()) {
+        const size_t covered = std::min(n, allowed.size() * 32);
+        for (size_t i = 0; i < covered; i++)
+            if (!((allowed[i >> 5] >> (i & 31)) & 1u)) work_[i] = -std::numeric_limits<float>::infinity();
+        for (size_t i = covered; i < n; i++) work_[i] = -std::numeric_limits<float>::infinity();
+    }
     if (p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) {
         for (auto [tok, count] : counts_)
             if (tok >= 0 && size_t(tok) < n)

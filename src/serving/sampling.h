@@ -4,7 +4,8 @@
 // Semantics (reference system §3.2; where OpenAI differs it is said here):
 //  - temperature omitted or < 1e-5 is GREEDY (argmax, lowest id on ties). OpenAI's documented
 //    default is 1.0; the reference serves DeepSeek greedy unless asked, and so do we.
-//  - penalties first, on the raw logits, over the tokens generated so far (not the prompt), as
+//  - a grammar mask first (disallowed tokens become -inf), when the request has a grammar;
+//  - then penalties, on the raw logits, over the tokens generated so far (not the prompt), as
 //    OpenAI documents: logit[j] -= count[j] * frequency_penalty + (count[j] > 0) * presence_penalty.
 //    They apply to greedy decoding too.
 //  - then, when not greedy: temperature -> min_p -> top_k -> top_p, then one draw.
@@ -68,8 +69,11 @@ public:
 
     // Picks the token for output position `position` (0 = first generated token) from one
     // logits row; fills *lp when p.logprobs (may be null otherwise). Does not record the token:
-    // call accept() with what was finally chosen.
-    int32_t sample(std::span<const float> logits, int64_t position, token_logprobs *lp);
+    // call accept() with what was finally chosen. `allowed`, when not empty, is a grammar's
+    // token bitmask (text/grammar.h): tokens outside it are masked to -inf before anything else
+    // (the reference's order: mask -> penalties -> temperature -> ...).
+    int32_t sample(std::span<const float> logits, int64_t position, token_logprobs *lp,
+                   std::span<const uint32_t> allowed = {});
     void accept(int32_t token) { counts_[token]++; }
 
     const sampling_params &params() const { return p_; }

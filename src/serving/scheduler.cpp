@@ -70,6 +70,13 @@ Result<request_id> scheduler::submit(generation_request r) {
                           std::to_string(r.prompt.size()) + " and max_tokens asks for " +
                           std::to_string(r.max_tokens) + " more");
     DS41RT_RETURN_IF_ERROR(validate_sampling_params(r.sampling));
+    std::unique_ptr<text::grammar_matcher> matcher;
+    if (r.grammar) {
+        matcher = std::make_unique<text::grammar_matcher>(r.grammar);
+        if (matcher->vocab_size() != vocab_)
+            return Status::invalid_argument("grammar: compiled for a vocabulary of " + std::to_string(matcher->vocab_size()) +
+                                            " ids; the model has " + std::to_string(vocab_));
+    }
     if (!tok_ && std::any_of(r.stop.begin(), r.stop.end(), [](const std::string &s) { return !s.empty(); }))
         return Status::not_supported("stop: stop strings need a tokenizer");
 
@@ -86,6 +93,10 @@ Result<request_id> scheduler::submit(generation_request r) {
     a->id = next_id_++;
     a->sampler = std::make_unique<sampler_state>(r.sampling, seed);
     a->text = std::make_unique<stop_text>(r.stop);
+    if (matcher) {
+        a->mask.resize(size_t(text::grammar_mask_words(int32_t(vocab_))));
+        a->grammar = std::move(matcher);
+    }
     a->req = std::move(r);
     const request_id id = a->id;
     queue_.push_back(std::move(a));
@@ -141,7 +152,19 @@ void scheduler::process_row(active &a, const Tensor &logits) {
     const int64_t rows = logits.dim(0), vocab = logits.dim(1);
     std::span<const float> last(logits.data<float>() + (rows - 1) * vocab, size_t(vocab));
     generation_event ev;
-    const int32_t tok = a.sampler->sample(last, a.generated, &ev.logprobs);
+    std::span<const uint32_t> allowed;
+    if (a.grammar) {
+        a.grammar->fill_mask(a.mask);
+        allowed = a.mask;
+    }
+    const int32_t tok = a.sampler->sample(last, a.generated, &ev.logprobs, allowed);
+    if (a.grammar && !a.grammar->accept(tok)) {
+        // Only when the grammar allows nothing at all (the sampler fell back to an unmasked id).
+        ev.reason = finish_reason::ERROR;
+        ev.error = Status::internal("grammar: no token can continue the constrained output");
+        finish(a, std::move(ev));
+        return;
+    }
     a.sampler->accept(tok);
     a.generated++;
     ev.token = tok;
@@ -165,6 +188,10 @@ void scheduler::process_row(active &a, const Tensor &logits) {
     } else {
         if (tok_ && !(a.req.skip_special_tokens && tok_->is_special(tok))) ev.text = a.text->push(tok_->token_bytes(tok));
         if (a.text->stopped()) {
+            ev.reason = finish_reason::STOP;
+        } else if (a.grammar && a.grammar->terminated()) {
+            // A stop token the grammar required, kept as text because of ignore_eos.
+            ev.text += a.text->finish();
             ev.reason = finish_reason::STOP;
         } else if (a.generated >= a.req.max_tokens ||
                    int64_t(a.req.prompt.size()) + a.generated >= max_context_) {

@@ -10,8 +10,9 @@
 //     oldest request first) until the budget is spent. Decode goes first so a long prompt
 //     arriving does not stall the streams already running (inter-token latency);
 //  4. every request whose row completed its prompt, or decoded, samples its next token
-//     (serving/sampling.h) and gets an event; a request that stops (EOS, stop string,
-//     max_tokens) frees its sequence at once.
+//     (serving/sampling.h; under its grammar's mask when it has one, and the grammar accepts
+//     the token) and gets an event; a request that stops (EOS, stop string, max_tokens, a
+//     terminated grammar) frees its sequence at once.
 //
 // Admission: submit() checks the request (INVALID_ARGUMENT; EXCEEDS_CONTEXT when prompt +
 // max_tokens does not fit the context) and queues it; when max_queue requests are already
@@ -91,6 +92,8 @@ private:
         generation_request req;
         std::unique_ptr<sampler_state> sampler;
         std::unique_ptr<stop_text> text;
+        std::unique_ptr<text::grammar_matcher> grammar;  // when req.grammar
+        std::vector<uint32_t> mask;                      // its token bitmask, refilled each step
         engine::seq_id seq = -1;
         size_t prefilled = 0;         // prompt tokens already stepped
         int64_t generated = 0;

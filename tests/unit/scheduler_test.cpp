@@ -6,7 +6,8 @@
 //  - the same seed reproduces a sampled output, another seed changes it;
 //  - cancellation (running and queued) ends the request and frees its sequence;
 //  - a full queue rejects with UNAVAILABLE; prompt + max_tokens over the context is EXCEEDS_CONTEXT;
-//  - max_tokens ends with LENGTH, a stop string or stop token with STOP and its text withheld.
+//  - max_tokens ends with LENGTH, a stop string or stop token with STOP and its text withheld;
+//  - a grammar (XGrammar JSON schema) constrains greedy and sampled output and ends it at EOS.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -18,6 +19,7 @@
 #include "engine/engine.h"
 #include "io/safetensors.h"
 #include "serving/scheduler.h"
+#include "text/grammar.h"
 #include "text/tokenizer.h"
 
 using namespace ds41rt;
@@ -313,6 +315,33 @@ TEST_P(SchedulerFixture, StopTokenEndsWithoutText) {
     EXPECT_EQ(o.reason, finish_reason::STOP);
     EXPECT_EQ(o.tokens, want);
     EXPECT_EQ(o.text, "");
+}
+
+TEST_P(SchedulerFixture, GrammarConstrainsAndTerminates) {
+    // A JSON-schema grammar: whatever the random model prefers, the output is one of the two
+    // sentences, and accepting EOS ends the request (STOP) even under ignore_eos.
+    if (!tok_) GTEST_SKIP() << "fixture without tokenizer.json";
+    const int32_t eos = int32_t(eng_->config().eos_token_id);
+    auto compiler = text::grammar_compiler::create(*tok_, int32_t(eng_->config().vocab_size), {eos});
+    ASSERT_TRUE(compiler.is_ok()) << compiler.status().to_string();
+    auto g = (*compiler)->json_schema(R"({"type": "string", "enum": ["yes", "no"]})", true);
+    ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+    for (bool ignore_eos : {true, false})
+        for (bool sampled : {false, true}) {
+            collector c;
+            generation_request r = make(prompt_, 32, c);
+            r.ignore_eos = ignore_eos;
+            r.grammar = *g;
+            if (sampled) {
+                r.sampling.temperature = 1.0f;
+                r.sampling.seed = 5;
+            }
+            outcome o = run_alone(std::move(r));
+            EXPECT_EQ(o.reason, finish_reason::STOP) << "ignore_eos " << ignore_eos << " sampled " << sampled;
+            EXPECT_TRUE(o.text == "\"yes\"" || o.text == "\"no\"") << o.text;
+            ASSERT_FALSE(o.tokens.empty());
+            EXPECT_EQ(o.tokens.back(), eos);
+        }
 }
 
 INSTANTIATE_TEST_SUITE_P(fixtures, SchedulerFixture,
