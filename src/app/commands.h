@@ -18,5 +18,6 @@ void register_inspect(CLI::App &app, command_list &cmds);
 void register_generate(CLI::App &app, command_list &cmds);
 void register_serve(CLI::App &app, command_list &cmds);
 void register_synth(CLI::App &app, command_list &cmds);
+void register_worker(CLI::App &app, command_list &cmds);
 
 }  // namespace ds41rt::app

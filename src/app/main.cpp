@@ -13,6 +13,7 @@ int main(int argc, char **argv) {
     ds41rt::app::register_generate(app, cmds);
     ds41rt::app::register_serve(app, cmds);
     ds41rt::app::register_synth(app, cmds);
+    ds41rt::app::register_worker(app, cmds);
     CLI11_PARSE(app, argc, argv);
     for (auto &c : cmds)
         if (c.sub->parsed()) return c.run();
