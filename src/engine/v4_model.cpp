@@ -594,13 +594,16 @@ private:
         }
         // fp32 accumulator: the routed experts (local or remote, summed per row in increasing
         // expert id; TP partials in rank order), then the shared one; one rounding.
+        // The shared expert runs while a remote layer's ranks work (start .. finish).
         std::vector<float> acc(S * D);
-        DS41RT_RETURN_IF_ERROR(experts_->run(layer, expert_nm(lin::FP4), x, rt, acc.data()));
+        DS41RT_RETURN_IF_ERROR(experts_->start(layer, expert_nm(lin::FP4), x, rt));
         if (c_.n_shared_experts > 0) {
             std::vector<float> sh(S * D);
             swiglu_expert(expert_nm(lin::FP8), L.sw1, L.sw2, L.sw3, x, S, D, nullptr, sh.data());
+            DS41RT_RETURN_IF_ERROR(experts_->finish(acc.data()));
             for (int64_t i = 0; i < S * D; i++) out[i] = acc[size_t(i)] + sh[size_t(i)];
         } else {
+            DS41RT_RETURN_IF_ERROR(experts_->finish(acc.data()));
             std::copy(acc.begin(), acc.end(), out);
         }
         rb(out, S * D);  // OFFICIAL: fp32 sum, bf16 MoE output

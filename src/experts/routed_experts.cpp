@@ -40,18 +40,35 @@ public:
         return Status::ok();
     }
 
-    Status run(int layer, const backend::cpu::expert_numerics &nm, const float *x, const backend::cpu::route_table &rt,
-               float *acc) override {
+    Status start(int layer, const backend::cpu::expert_numerics &nm, const float *x,
+                 const backend::cpu::route_table &rt) override {
         if (layer < 0 || layer >= int(local_.size())) return Status::internal("experts: no layer " + std::to_string(layer));
-        if (is_remote(layer)) return remote_->run(layer, nm, x, rt, acc);
-        return backend::cpu::routed_expert_sum(nm, local_[size_t(layer)], x, dim_, rt, acc);
+        pending_ = {layer, nm, x, &rt};
+        if (is_remote(layer)) return remote_->start(layer, nm, x, rt);
+        return Status::ok();
+    }
+
+    Status finish(float *acc) override {
+        const pending p = pending_;
+        pending_ = {};
+        if (p.layer < 0) return Status::internal("experts: finish() without start()");
+        if (is_remote(p.layer)) return remote_->finish(acc);
+        return backend::cpu::routed_expert_sum(p.nm, local_[size_t(p.layer)], p.x, dim_, *p.rt, acc);
     }
 
 private:
     bool is_remote(int l) const { return size_t(l) < layout_.layer_ranks.size() && !layout_.layer_ranks[size_t(l)].empty(); }
 
+    struct pending {
+        int layer = -1;
+        backend::cpu::expert_numerics nm;
+        const float *x = nullptr;
+        const backend::cpu::route_table *rt = nullptr;
+    };
+
     int64_t dim_;
     remote_layout layout_;
+    pending pending_;
     std::vector<std::vector<backend::cpu::expert_weights>> local_;  // per layer; empty when remote
     std::unique_ptr<remote_experts> remote_;
 };

@@ -41,9 +41,20 @@ struct remote_layout {
 class routed_experts {
 public:
     virtual ~routed_experts() = default;
-    // acc[rt.rows(), dim] = each row's routed-expert sum (see above). x: [rt.rows(), dim].
-    virtual Status run(int layer, const backend::cpu::expert_numerics &nm, const float *x,
-                       const backend::cpu::route_table &rt, float *acc) = 0;
+    // start() begins a layer (remote: the requests are sent), finish() completes it:
+    // acc[rt.rows(), dim] = each row's routed-expert sum (see above). x: [rt.rows(), dim]; x and
+    // rt must stay valid until finish(). Between the two the caller does its own work (the
+    // engine runs the shared expert), so a remote layer's round trip overlaps it. One layer at a
+    // time: every start() is followed by finish() before the next start().
+    virtual Status start(int layer, const backend::cpu::expert_numerics &nm, const float *x,
+                         const backend::cpu::route_table &rt) = 0;
+    virtual Status finish(float *acc) = 0;
+
+    Status run(int layer, const backend::cpu::expert_numerics &nm, const float *x, const backend::cpu::route_table &rt,
+               float *acc) {
+        DS41RT_RETURN_IF_ERROR(start(layer, nm, x, rt));
+        return finish(acc);
+    }
 };
 
 using weight_fn = std::function<Result<Tensor>(const std::string &name)>;

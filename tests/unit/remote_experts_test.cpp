@@ -288,3 +288,51 @@ TEST_F(RemoteExperts, DeadStalledAndStaleWorkersFailCleanlyAndRecover) {
 
 }  // namespace
 }  // namespace ds41rt
+
+namespace ds41rt {
+namespace {
+
+// The worker's own refusals, frame in, frame out (no sockets): each names its reason, and only
+// a frame whose header cannot be trusted ends the connection.
+TEST_F(RemoteExperts, WorkerRefusesWithReasons) {
+    dist::Plan plan = make_plan({1, 2}, 2);
+    auto w = dist::expert_worker::load(dir_.string(), plan, 1);
+    ASSERT_TRUE(w) << w.status().to_string();
+    const int64_t D = 64;
+    std::vector<float> x(size_t(2 * D), 0.5f);
+    backend::cpu::route_table rt;
+    rt.offsets = {0, 2, 4};
+    rt.routes = {{0, 0.5f}, {3, 0.5f}, {1, 1.0f}, {7, 0.25f}};
+    auto ask = [&](uint64_t version, uint32_t layer, const backend::cpu::route_table &r, bool *close_after) {
+        dist::frame_header h;
+        h.placement_version = version;
+        h.request_id = 11;
+        h.layer = layer;
+        return (*w)->handle(dist::encode_request(h, r, x.data(), uint32_t(D)), close_after);
+    };
+    bool close_after = true;
+    auto ok = dist::decode_response(ask(plan.version(), 3, rt, &close_after));
+    ASSERT_TRUE(ok) << ok.status().to_string();
+    EXPECT_FALSE(close_after);
+    EXPECT_EQ(ok->h.executor, 1u);
+    EXPECT_EQ(ok->h.tp_rank, 0);  // layer 3 is odd: ranks [1, 0], worker 1 is TP rank 0
+    EXPECT_EQ(ok->h.tp, 2);
+
+    Status st = dist::decode_error(ask(plan.version() ^ 1, 3, rt, &close_after));
+    EXPECT_NE(st.message().find("stale placement version"), std::string::npos) << st.message();
+    EXPECT_FALSE(close_after);
+    st = dist::decode_error(ask(plan.version(), 1, rt, &close_after));  // layer 1 is the coordinator's
+    EXPECT_NE(st.message().find("wrong layer 1: worker 1 holds layers [2, 3"), std::string::npos) << st.message();
+    auto bad = rt;
+    bad.routes[3].expert = 8;  // 8 routed experts: ids 0..7
+    st = dist::decode_error(ask(plan.version(), 3, bad, &close_after));
+    EXPECT_NE(st.message().find("expert 8"), std::string::npos) << st.message();
+
+    dist::frame_bytes junk(80, 0x5a);
+    st = dist::decode_error((*w)->handle(junk, &close_after));
+    EXPECT_NE(st.message().find("bad magic"), std::string::npos) << st.message();
+    EXPECT_TRUE(close_after);
+}
+
+}  // namespace
+}  // namespace ds41rt
