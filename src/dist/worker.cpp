@@ -166,7 +166,12 @@ frame_bytes expert_worker::handle(const frame_bytes &in, bool *close_after) {
         return encode_error(e, h.status());
     }
     switch (h->kind) {
-    case frame_kind::HELLO: return encode_hello(frame_kind::HELLO_REPLY, version_, uint32_t(rank_));
+    case frame_kind::HELLO:
+        // The coordinator compares and refuses; the log says so on this side too.
+        if (h->placement_version != version_)
+            spdlog::warn("worker {}: a coordinator with placement version {} connected (this worker runs {})", rank_,
+                         h->placement_version, version_);
+        return encode_hello(frame_kind::HELLO_REPLY, version_, uint32_t(rank_));
     case frame_kind::EXPERT_REQUEST: return answer_request(in);
     default: {
         frame_header e = *h;

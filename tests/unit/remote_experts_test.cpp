@@ -336,3 +336,73 @@ TEST_F(RemoteExperts, WorkerRefusesWithReasons) {
 
 }  // namespace
 }  // namespace ds41rt
+
+#include <random>
+
+#include "model/weights.h"
+
+namespace ds41rt {
+namespace {
+
+// The reduction is FP32 in TP-rank order, not worker order or arrival order: layer 3 of the TP3
+// plan has ranks [2, 1, 0], so rank order adds worker 2's partial first. The remote result must
+// equal, bit for bit, the partials (taken from the workers' own handle()) added in rank order.
+TEST_F(RemoteExperts, Tp3ReducesInRankOrder) {
+    std::vector<int> ports;
+    auto ls = listeners(3, &ports);
+    dist::Plan plan = make_plan(ports, 3);
+    ASSERT_EQ(plan.layers[3].ranks, (std::vector<int>{2, 1, 0}));
+    std::vector<std::unique_ptr<worker_thread>> ws;
+    for (int r = 0; r < 3; r++) ws.push_back(start_worker(plan, r, std::move(ls[size_t(r)])));
+
+    auto weights = model::weights::open(dir_.string());
+    ASSERT_TRUE(weights) << weights.status().to_string();
+    const model::model_config &c = (*weights)->config();
+    auto ex = experts::open(c, [&](const std::string &n) { return (*weights)->f32(n); },
+                            experts::layout_from_plan(plan, 3000, 500));
+    ASSERT_TRUE(ex) << ex.status().to_string();
+
+    const int64_t S = 6, D = c.dim;
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> x(size_t(S * D));
+    for (float &v : x) v = nd(rng);
+    backend::cpu::route_table rt;
+    rt.offsets.push_back(0);
+    for (int64_t s = 0; s < S; s++) {
+        for (int k = 0; k < 2; k++) rt.routes.push_back({uint32_t((s * 3 + k * 5) % c.n_routed_experts), 0.3f + 0.1f * k});
+        rt.offsets.push_back(uint32_t(rt.routes.size()));
+    }
+    backend::cpu::expert_numerics nm;
+    nm.act_block = c.fp8_block_in;
+    nm.swiglu_limit = c.swiglu_limit;
+    std::vector<float> acc(size_t(S * D));
+    Status st = (*ex)->run(3, nm, x.data(), rt, acc.data());
+    ASSERT_TRUE(st) << st.to_string();
+
+    std::vector<std::vector<float>> by_worker(3);
+    for (int w = 0; w < 3; w++) {
+        auto wk = dist::expert_worker::load(dir_.string(), plan, w);
+        ASSERT_TRUE(wk) << wk.status().to_string();
+        dist::frame_header h;
+        h.placement_version = plan.version();
+        h.layer = 3;
+        bool close_after = false;
+        auto r = dist::decode_response((*wk)->handle(dist::encode_request(h, rt, x.data(), uint32_t(D)), &close_after));
+        ASSERT_TRUE(r) << r.status().to_string();
+        by_worker[size_t(w)] = r->partial;
+    }
+    std::vector<float> rank_order = by_worker[2], worker_order = by_worker[0];
+    for (size_t j = 0; j < rank_order.size(); j++) {
+        rank_order[j] = (by_worker[2][j] + by_worker[1][j]) + by_worker[0][j];
+        worker_order[j] = (by_worker[0][j] + by_worker[1][j]) + by_worker[2][j];
+    }
+    EXPECT_TRUE(acc == rank_order);
+    size_t differ = 0;
+    for (size_t j = 0; j < acc.size(); j++) differ += worker_order[j] != rank_order[j];
+    std::printf("[ remote ] TP3 layer 3: remote sum == rank-order sum bit for bit; worker-order sum differs in %zu of %zu\n",
+                differ, acc.size());
+}
+
+}  // namespace
+}  // namespace ds41rt
