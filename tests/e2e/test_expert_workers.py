@@ -1,13 +1,14 @@
 """Expert workers over TCP (issue 5): a coordinator with 2 `ds41rt worker` processes at TP2 on
 loopback, started as a user starts them, against the single-process server on the same model.
 
-The model is synthesized here (`ds41rt synth --moe-intermediate 64`: two MXFP4 blocks, so each
-TP2 rank holds one) with the fixtures' 512-id vocabulary and tokenizer. Layers 0-1 stay on the
-coordinator, layers 2-11 go to both workers. Worker 1 sits behind a small frame-aware TCP proxy
+The model is synthesized here (`ds41rt synth --moe-intermediate 96`: three MXFP4 blocks, so TP2
+ranks hold 64 + 32 channels and TP3 ranks 32 each) with the fixtures' 512-id vocabulary and
+tokenizer. Layers 0-1 stay on the coordinator, layers 2-11 go to every worker. Worker 1 sits behind a small frame-aware TCP proxy
 (below) that can flip a payload byte or rewrite the placement version of the next response,
 re-sealing the header checksum so only the version is wrong.
 
-Checks: the same greedy continuation through the HTTP API as the single-process server; and the
+Checks: the same greedy continuation through the HTTP API as the single-process server, at TP2
+and (3 more worker processes, a second coordinator) at TP3; and the
 four faults of the issue (a worker killed mid-request, a stalled worker (SIGSTOP), a corrupted
 frame, a frame with a stale placement version), each giving the affected request a 503 naming
 the reason within a bounded time, the server staying up, and service resuming once the worker
@@ -144,43 +145,59 @@ class Deployment:
         self.tmp = tmp
         self.model = tmp / "model"
         subprocess.run([str(_binary()), "synth", "--out", str(self.model), "--seed", "3", "--vocab-size", "512",
-                        "--engram-vocab-size", "50", "--moe-intermediate", "64", "--no-mtp"],
+                        "--engram-vocab-size", "50", "--moe-intermediate", "96", "--no-mtp"],
                        check=True, capture_output=True)
         self.worker_ports = [_free_port(), _free_port()]
         self.proxy = FrameProxy(self.worker_ports[1])
         endpoints = [f"127.0.0.1:{self.worker_ports[0]}", f"127.0.0.1:{self.proxy.port}"]
-        plan = {
-            "model_type": "deepseek_v41", "format": "official", "num_layers": 12,
-            "coordinator": [{"name": "cpu", "budget_bytes": 0}],
-            "workers": [{"endpoint": e, "device": -1, "budget": {"name": f"worker{i}", "budget_bytes": 0}}
-                        for i, e in enumerate(endpoints)],
-            "layers": [{"layer": l, "remote": False, "local_device": 0} if l < 2 else
-                       {"layer": l, "remote": True, "ranks": [0, 1]} for l in range(12)],
-        }
         self.plan = tmp / "plan.json"
-        self.plan.write_text(json.dumps(plan))
+        write_plan(self.plan, endpoints)
         self.workers = [None, None]
         for r in (0, 1):
             self.start_worker(r)
 
     def start_worker(self, rank: int):
-        log = self.tmp / f"worker{rank}.log"
-        with open(log, "ab") as out:
-            proc = subprocess.Popen(
-                [str(_binary()), "worker", "--model", str(self.model), "--plan", str(self.plan), "--rank", str(rank),
-                 "--listen", f"127.0.0.1:{self.worker_ports[rank]}"], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-        self.workers[rank] = proc
-        _wait_port(self.worker_ports[rank], proc, log)
+        self.workers[rank] = start_worker(self.tmp, self.model, self.plan, rank, self.worker_ports[rank])
 
     def stop(self):
-        for p in self.workers:
-            if p and p.poll() is None:
-                p.send_signal(signal.SIGCONT)
-                p.terminate()
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+        stop_workers(self.workers)
+
+
+def write_plan(path: Path, endpoints):
+    """Layers 0-1 on the coordinator, 2-11 on every worker; odd layers take the ranks in reverse
+    worker order (TP-rank order is the plan's, not the workers')."""
+    n = len(endpoints)
+    plan = {
+        "model_type": "deepseek_v41", "format": "official", "num_layers": 12,
+        "coordinator": [{"name": "cpu", "budget_bytes": 0}],
+        "workers": [{"endpoint": e, "device": -1, "budget": {"name": f"worker{i}", "budget_bytes": 0}}
+                    for i, e in enumerate(endpoints)],
+        "layers": [{"layer": l, "remote": False, "local_device": 0} if l < 2 else
+                   {"layer": l, "remote": True, "ranks": list(range(n))[::-1] if l % 2 else list(range(n))}
+                   for l in range(12)],
+    }
+    path.write_text(json.dumps(plan))
+
+
+def start_worker(tmp: Path, model: Path, plan: Path, rank: int, port: int) -> subprocess.Popen:
+    log = tmp / f"{plan.stem}-worker{rank}.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [str(_binary()), "worker", "--model", str(model), "--plan", str(plan), "--rank", str(rank),
+             "--listen", f"127.0.0.1:{port}"], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    _wait_port(port, proc, log)
+    return proc
+
+
+def stop_workers(procs):
+    for p in procs:
+        if p and p.poll() is None:
+            p.send_signal(signal.SIGCONT)
+            p.terminate()
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
 
 
 @pytest.fixture(scope="module")
@@ -230,6 +247,28 @@ def test_tp2_same_greedy_continuation_as_single_process(deployment):
         ta, tb = a.json()["choices"][0]["text"], b.json()["choices"][0]["text"]
         assert ta == tb
         assert a.json()["usage"]["completion_tokens"] == b.json()["usage"]["completion_tokens"]
+
+
+def test_tp3_same_greedy_continuation_as_single_process(deployment):
+    d = deployment
+    ports = [_free_port() for _ in range(3)]
+    plan = d.tmp / "plan3.json"
+    write_plan(plan, [f"127.0.0.1:{p}" for p in ports])
+    procs = []
+    try:
+        for r in range(3):
+            procs.append(start_worker(d.tmp, d.model, plan, r, ports[r]))
+        coord = start_server(d.tmp / "coord3.log", "--tokenizer", str(TOKENIZER), "--plan", str(plan),
+                             model_dir=d.model)
+        try:
+            for p in PROMPTS:
+                a, b = complete(d.single, p, 16), complete(coord, p, 16)
+                assert a.status_code == 200 and b.status_code == 200, (a.text, b.text)
+                assert a.json()["choices"][0]["text"] == b.json()["choices"][0]["text"]
+        finally:
+            stop_server(coord)
+    finally:
+        stop_workers(procs)
 
 
 def test_worker_killed_mid_request(deployment):
