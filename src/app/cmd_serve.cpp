@@ -12,11 +12,15 @@
 
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <future>
+#include <sstream>
 #include <thread>
 
 #include "app/commands.h"
+#include "dist/plan.h"
 #include "engine/engine.h"
+#include "experts/from_plan.h"
 #include "server/http_server.h"
 #include "serving/scheduler.h"
 #include "text/grammar.h"
@@ -43,6 +47,9 @@ struct serve_args {
     std::string served_model_name;
     std::string numerics = "transformers";
     size_t max_body_bytes = 16u << 20;
+    std::string plan;
+    int worker_timeout_ms = 3000;
+    int worker_connect_timeout_ms = 1000;
 };
 
 std::string venv_tokenizer() {
@@ -73,6 +80,25 @@ int run_serve(const serve_args &a) {
 
     engine::engine_options eo;
     eo.mode = a.numerics == "official" ? engine::numerics::OFFICIAL : engine::numerics::TRANSFORMERS;
+    if (!a.plan.empty()) {
+        std::ifstream in(a.plan);
+        if (!in) {
+            spdlog::error("serve: cannot read the plan {}", a.plan);
+            return 1;
+        }
+        std::stringstream text;
+        text << in.rdbuf();
+        auto plan = dist::parse_plan(text.str());
+        if (!plan) {
+            spdlog::error("serve: {}: {}", a.plan, plan.status().to_string());
+            return 1;
+        }
+        eo.remote = experts::layout_from_plan(*plan, a.worker_timeout_ms, a.worker_connect_timeout_ms);
+        int remote = 0;
+        for (const auto &r : eo.remote.layer_ranks) remote += !r.empty();
+        spdlog::info("serve: plan {} (version {}): {} of {} layers on {} expert workers", a.plan, plan->version(),
+                     remote, plan->num_layers, plan->workers.size());
+    }
     auto opened = engine::engine::open(a.model, eo);
     if (!opened) {
         spdlog::error("serve: {}", opened.status().to_string());
@@ -201,6 +227,12 @@ void register_serve(CLI::App &app, command_list &cmds) {
     sub->add_option("--numerics", args->numerics, "transformers (default) or official")
         ->check(CLI::IsMember({"transformers", "official"}));
     sub->add_option("--max-body-bytes", args->max_body_bytes, "largest request body (413 above)")->capture_default_str();
+    sub->add_option("--plan", args->plan, "placement plan.json: the remote layers go to its expert workers");
+    sub->add_option("--worker-timeout-ms", args->worker_timeout_ms,
+                    "a remote layer's whole exchange; past it the step's requests fail with 503")
+        ->check(CLI::Range(1, 600000))->capture_default_str();
+    sub->add_option("--worker-connect-timeout-ms", args->worker_connect_timeout_ms, "connecting to a worker")
+        ->check(CLI::Range(1, 600000))->capture_default_str();
     cmds.push_back({sub, [args] { return run_serve(*args); }});
 }
 

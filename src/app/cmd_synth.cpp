@@ -59,6 +59,8 @@ void register_synth(CLI::App &app, command_list &cmds) {
     sub->add_option("--out", args->out, "output directory")->required();
     sub->add_option("--seed", args->opt.seed, "random seed (same seed, same bytes)");
     sub->add_option("--dim", args->opt.dim, "hidden size (multiple of 32; default 64)");
+    sub->add_option("--moe-intermediate", args->opt.moe_intermediate,
+                    "routed experts' intermediate size (multiple of 32; default 32; 96 gives TP2 and TP3 slices)");
     CLI::Option *vocab = sub->add_option("--vocab-size", args->opt.vocab_size, "vocabulary size (default 129280, DeepSeek's)")
                              ->check(CLI::Range(int64_t(8), int64_t(1) << 24));
     sub->add_option("--engram-vocab-size", args->opt.engram_vocab_size,

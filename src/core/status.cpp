@@ -11,6 +11,7 @@ const char *status_code_name(status_code c) {
     case status_code::NOT_SUPPORTED: return "not_supported";
     case status_code::IO_ERROR: return "io_error";
     case status_code::UNAVAILABLE: return "unavailable";
+    case status_code::RESOURCE_EXHAUSTED: return "resource_exhausted";
     case status_code::EXCEEDS_CONTEXT: return "exceeds_context";
     case status_code::INTERNAL: return "internal";
     }

@@ -23,6 +23,7 @@ enum class status_code {
     NOT_SUPPORTED,      // valid but not implemented (HTTP 501)
     IO_ERROR,           // the OS said no
     UNAVAILABLE,        // a peer or resource is gone for now (HTTP 503)
+    RESOURCE_EXHAUSTED, // a bounded queue is full: retry later (HTTP 429)
     EXCEEDS_CONTEXT,    // request longer than the context (HTTP 400)
     INTERNAL,
 };
@@ -41,6 +42,7 @@ public:
     static Status not_supported(std::string m) { return {status_code::NOT_SUPPORTED, std::move(m)}; }
     static Status io_error(std::string m) { return {status_code::IO_ERROR, std::move(m)}; }
     static Status unavailable(std::string m) { return {status_code::UNAVAILABLE, std::move(m)}; }
+    static Status resource_exhausted(std::string m) { return {status_code::RESOURCE_EXHAUSTED, std::move(m)}; }
     static Status internal(std::string m) { return {status_code::INTERNAL, std::move(m)}; }
 
     bool is_ok() const { return code_ == status_code::OK; }

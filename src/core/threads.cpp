@@ -29,11 +29,14 @@ public:
     void run(int64_t n, const std::function<void(int64_t, int64_t)> &fn, int64_t grain) {
         int64_t max_chunks = std::max<int64_t>(1, n / std::max<int64_t>(1, grain));
         int chunks = int(std::min<int64_t>(n_, max_chunks));
+        std::unique_lock<std::mutex> lk(mu_);
+        // Nested calls, and a second thread while another's loop runs (an expert worker in the
+        // coordinator's process, in tests), run serially in the caller.
         if (chunks <= 1 || in_run_) {
+            lk.unlock();
             fn(0, n);
             return;
         }
-        std::unique_lock<std::mutex> lk(mu_);
         in_run_ = true;
         fn_ = &fn;
         n_items_ = n;

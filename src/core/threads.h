@@ -2,8 +2,8 @@
 //
 // parallel_for splits [0, n) into contiguous chunks, one per thread, and returns when all are
 // done. The split depends only on n and the thread count, so results that reduce per index
-// are deterministic whatever the scheduling. Safe to call from one thread at a time per pool;
-// nested calls run serially in the caller.
+// are deterministic whatever the scheduling. Safe to call from any thread: nested calls, and
+// calls while another thread's loop holds the pool, run serially in the caller.
 #pragma once
 
 #include <cstdint>

@@ -37,7 +37,7 @@ public:
         }
         for (const auto &in : inputs) {
             Tensor out = Tensor::f32({int64_t(in.tokens.size()), vocab});
-            forward(seqs_[in.seq], in.tokens, out.f());
+            DS41RT_RETURN_IF_ERROR(forward(seqs_[in.seq], in.tokens, out.f()));
             logits->push_back(std::move(out));
         }
         return Status::ok();
@@ -46,7 +46,8 @@ public:
 protected:
     virtual State new_state() const = 0;
     // Runs tokens at positions state.len.. and writes their logits [tokens, vocab]; advances len.
-    virtual void forward(State &state, const std::vector<int32_t> &tokens, float *logits) const = 0;
+    // On failure (a remote expert layer) the state is part-way through: the caller frees it.
+    virtual Status forward(State &state, const std::vector<int32_t> &tokens, float *logits) const = 0;
 
 private:
     std::map<seq_id, State> seqs_;

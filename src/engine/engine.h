@@ -19,6 +19,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "experts/routed_experts.h"
 #include "model/config.h"
 
 namespace ds41rt::engine {
@@ -33,6 +34,8 @@ enum class numerics { TRANSFORMERS, OFFICIAL };
 
 struct engine_options {
     numerics mode = numerics::TRANSFORMERS;
+    // Which layers' routed experts run on expert workers (empty: all local).
+    experts::remote_layout remote;
 };
 
 using seq_id = int64_t;
@@ -55,7 +58,9 @@ public:
     virtual void free_sequence(seq_id s) = 0;
     virtual int64_t sequence_length(seq_id s) const = 0;
 
-    // Runs one batched step. logits[i] is [inputs[i].tokens.size(), vocab] fp32.
+    // Runs one batched step. logits[i] is [inputs[i].tokens.size(), vocab] fp32. When it fails
+    // after starting (UNAVAILABLE: a remote expert layer did not answer), the sequences of the
+    // step are left part-way through and must be freed.
     virtual Status step(const std::vector<step_input> &inputs, std::vector<Tensor> *logits) = 0;
 };
 

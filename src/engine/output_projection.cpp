@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <vector>
 
-#include "engine/numerics.h"
+#include "backend/cpu/numerics.h"
 
 namespace ds41rt::engine {
+
+using backend::cpu::lin;
+using backend::cpu::linear_numerics;
 
 void grouped_output_projection(const float *o, int64_t S, int64_t heads_width, int64_t G, int64_t R, const Tensor &wo_a,
                                const Tensor &wo_b, int64_t D, bool official, int64_t act_block, float *out) {

@@ -19,21 +19,28 @@
 #include <map>
 #include <numeric>
 
+#include "backend/cpu/numerics.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/routed.h"
+#include "backend/cpu/swiglu.h"
 #include "core/threads.h"
 #include "engine/attention_row.h"
 #include "engine/cpu_engine.h"
 #include "engine/engram_hash.h"
-#include "engine/expert.h"
 #include "engine/mhc.h"
-#include "engine/numerics.h"
 #include "engine/output_projection.h"
 #include "engine/rope.h"
 #include "engine/topk.h"
+#include "experts/routed_experts.h"
 
 namespace ds41rt::engine {
 
 namespace cpu = backend::cpu;
+using cpu::expert_numerics;
+using cpu::lin;
+using cpu::linear_numerics;
+using cpu::round_bf16_if;
+using cpu::swiglu_expert;
 
 namespace {
 
@@ -49,8 +56,7 @@ struct layer_weights {
     Tensor c_wkv, c_wgate, c_norm;                 // KV sources
     Tensor i_wk, i_k_norm, i_wq_b, i_weights_proj;  // index sources (wk, k_norm on KV sources)
     Tensor e_table, e_wkv, e_q, e_k;                // Engram layers
-    Tensor gate_w, gate_bias;
-    std::vector<Tensor> w1, w2, w3;
+    Tensor gate_w, gate_bias;  // routed experts: experts::routed_experts
     Tensor sw1, sw2, sw3;
 };
 
@@ -99,7 +105,6 @@ Status load_weights(const model::model_config &c, const weight_source &src, mode
             DS41RT_RETURN_IF_ERROR(get(p + "engram.q_weight", &L.e_q));
             DS41RT_RETURN_IF_ERROR(get(p + "engram.k_weight", &L.e_k));
         }
-        DS41RT_RETURN_IF_ERROR(fetch_experts(src, p + "ffn.experts.", c.n_routed_experts, &L.w1, &L.w2, &L.w3));
     }
     return Status::ok();
 }
@@ -135,8 +140,10 @@ struct shared_state {
 
 class v41_engine final : public cpu_engine<sequence_state> {
 public:
-    v41_engine(model::model_config c, model_weights w, engram_hasher h, bool has_engram, engine_options opt)
-        : c_(std::move(c)), w_(std::move(w)), hasher_(std::move(h)), has_engram_(has_engram), opt_(opt),
+    v41_engine(model::model_config c, model_weights w, std::unique_ptr<experts::routed_experts> ex, engram_hasher h,
+               bool has_engram, engine_options opt)
+        : c_(std::move(c)), w_(std::move(w)), experts_(std::move(ex)), hasher_(std::move(h)), has_engram_(has_engram),
+          opt_(std::move(opt)),
           rope_main_(make_rope_table(c_, false)), rope_compress_(make_rope_table(c_, true)) {}
 
     const model::model_config &config() const override { return c_; }
@@ -482,11 +489,12 @@ private:
         return nm;
     }
 
-    void moe(const layer_weights &L, const float *x, int64_t S, float *out) const {
+    Status moe(const layer_weights &L, int layer, const float *x, int64_t S, float *out) const {
         const int64_t D = c_.dim, E = c_.n_routed_experts, K = c_.n_activated_experts;
         std::vector<float> logits(S * E);
         cpu::matmul_nt(x, L.gate_w.f(), logits.data(), S, E, D);
-        std::vector<std::vector<std::pair<int64_t, float>>> by_expert(E);  // (row, weight)
+        cpu::route_table rt;
+        rt.offsets.push_back(0);
         const float *bias = L.gate_bias.f();
         for (int64_t s = 0; s < S; s++) {
             std::vector<float> score(E), biased(E);
@@ -502,32 +510,25 @@ private:
             for (int64_t e : sel) {
                 float wgt = score[size_t(e)];
                 if (c_.norm_topk_prob && K > 1) wgt = wgt / (sum + 1e-20f);
-                by_expert[size_t(e)].push_back({s, wgt * c_.route_scale});
+                rt.routes.push_back({uint32_t(e), wgt * c_.route_scale});
             }
+            rt.offsets.push_back(uint32_t(rt.routes.size()));
         }
-        // fp32 accumulator; routed experts added in increasing expert id, then the shared one.
-        std::vector<float> acc(S * D, 0.0f);
-        for (int64_t e = 0; e < E; e++) {
-            const auto &rows = by_expert[size_t(e)];
-            if (rows.empty()) continue;
-            const int64_t n = int64_t(rows.size());
-            std::vector<float> xe(n * D), ye(n * D), we(n);
-            for (int64_t i = 0; i < n; i++) {
-                std::copy(x + rows[size_t(i)].first * D, x + (rows[size_t(i)].first + 1) * D, xe.data() + i * D);
-                we[size_t(i)] = rows[size_t(i)].second;
-            }
-            swiglu_expert(expert_nm(lin::FP4), L.w1[size_t(e)], L.w2[size_t(e)], L.w3[size_t(e)], xe.data(), n, D, we.data(), ye.data());
-            for (int64_t i = 0; i < n; i++)
-                for (int64_t d = 0; d < D; d++) acc[size_t(rows[size_t(i)].first * D + d)] += ye[size_t(i * D + d)];
-        }
+        // fp32 accumulator: the routed experts (local or remote, summed per row in increasing
+        // expert id; TP partials in rank order), then the shared one; one rounding.
+        // The shared expert runs while a remote layer's ranks work (start .. finish).
+        std::vector<float> acc(S * D);
+        DS41RT_RETURN_IF_ERROR(experts_->start(layer, expert_nm(lin::FP4), x, rt));
         std::vector<float> sh(S * D);
         swiglu_expert(expert_nm(lin::FP8), L.sw1, L.sw2, L.sw3, x, S, D, nullptr, sh.data());
+        DS41RT_RETURN_IF_ERROR(experts_->finish(acc.data()));
         for (int64_t i = 0; i < S * D; i++) out[i] = acc[size_t(i)] + sh[size_t(i)];
         rb(out, S * D);
+        return Status::ok();
     }
 
     // ---- one sequence chunk through the whole model (spec 4.1) ---------------------------------
-    void forward(sequence_state &st, const std::vector<int32_t> &tokens, float *logits) const override {
+    Status forward(sequence_state &st, const std::vector<int32_t> &tokens, float *logits) const override {
         const int64_t S = int64_t(tokens.size()), D = c_.dim, p0 = st.len;
         const int hc = c_.hc_mult;
         if (has_engram_)
@@ -557,7 +558,7 @@ private:
             hc_mixes fm = mixes_at(X, S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base);
             collapse(X, am.pre, S, x.data());
             norm(x.data(), L.ffn_norm, S, D);
-            moe(L, x.data(), S, y.data());
+            DS41RT_RETURN_IF_ERROR(moe(L, l, x.data(), S, y.data()));
             expand(X, y.data(), fm, S);
             pre_mix = std::move(fm.pre);
         }
@@ -565,10 +566,12 @@ private:
         norm(x.data(), w_.norm, S, D);
         cpu::matmul_nt(x.data(), w_.head.f(), logits, S, c_.vocab_size, D);
         st.len += S;
+        return Status::ok();
     }
 
     model::model_config c_;
     model_weights w_;
+    std::unique_ptr<experts::routed_experts> experts_;
     engram_hasher hasher_;
     bool has_engram_;
     engine_options opt_;
@@ -589,7 +592,9 @@ Result<std::unique_ptr<engine>> make_v41_engine(const model::model_config &c, co
         if (!r) return r.status();
         h = std::move(r.value());
     }
-    return std::unique_ptr<engine>(new v41_engine(c, std::move(mw), std::move(h), has_engram, opt));
+    auto ex = experts::open(c, w, opt.remote);
+    if (!ex) return ex.status();
+    return std::unique_ptr<engine>(new v41_engine(c, std::move(mw), std::move(ex.value()), std::move(h), has_engram, opt));
 }
 
 }  // namespace ds41rt::engine

@@ -33,20 +33,27 @@
 #include <map>
 #include <numeric>
 
+#include "backend/cpu/numerics.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/routed.h"
+#include "backend/cpu/swiglu.h"
 #include "core/threads.h"
 #include "engine/attention_row.h"
 #include "engine/cpu_engine.h"
-#include "engine/expert.h"
 #include "engine/mhc.h"
-#include "engine/numerics.h"
 #include "engine/output_projection.h"
 #include "engine/rope.h"
 #include "engine/topk.h"
+#include "experts/routed_experts.h"
 
 namespace ds41rt::engine {
 
 namespace cpu = backend::cpu;
+using cpu::expert_numerics;
+using cpu::lin;
+using cpu::linear_numerics;
+using cpu::round_bf16_if;
+using cpu::swiglu_expert;
 
 namespace {
 
@@ -67,8 +74,7 @@ struct layer_weights {
     Tensor i_wq_b, i_weights_proj;  // CSA
     Tensor gate_w, gate_bias;       // gate_bias: learned-routing layers only
     std::vector<int32_t> tid2eid;   // hash layers: [vocab, n_activated_experts]
-    std::vector<Tensor> w1, w2, w3;
-    Tensor sw1, sw2, sw3;
+    Tensor sw1, sw2, sw3;  // routed experts: experts::routed_experts
 };
 
 struct model_weights {
@@ -150,7 +156,6 @@ Status load_weights(const model::model_config &c, const weight_source &src, mode
             DS41RT_RETURN_IF_ERROR(get(p + "ffn.shared_experts.w2.weight", &L.sw2));
             DS41RT_RETURN_IF_ERROR(get(p + "ffn.shared_experts.w3.weight", &L.sw3));
         }
-        DS41RT_RETURN_IF_ERROR(fetch_experts(src, p + "ffn.experts.", c.n_routed_experts, &L.w1, &L.w2, &L.w3));
     }
     return Status::ok();
 }
@@ -183,8 +188,8 @@ struct sequence_state {
 
 class v4_engine final : public cpu_engine<sequence_state> {
 public:
-    v4_engine(model::model_config c, model_weights w, engine_options opt)
-        : c_(std::move(c)), w_(std::move(w)), opt_(opt), rope_main_(make_rope_table(c_, false)),
+    v4_engine(model::model_config c, model_weights w, std::unique_ptr<experts::routed_experts> ex, engine_options opt)
+        : c_(std::move(c)), w_(std::move(w)), experts_(std::move(ex)), opt_(std::move(opt)), rope_main_(make_rope_table(c_, false)),
           rope_compress_(make_rope_table(c_, true)) {}
 
     const model::model_config &config() const override { return c_; }
@@ -556,13 +561,14 @@ private:
         return nm;
     }
 
-    void moe(const layer_weights &L, int layer, const float *x, const std::vector<int32_t> &tokens, int64_t S,
-             float *out) const {
+    Status moe(const layer_weights &L, int layer, const float *x, const std::vector<int32_t> &tokens, int64_t S,
+               float *out) const {
         const int64_t D = c_.dim, E = c_.n_routed_experts, K = c_.n_activated_experts;
         const bool hash = layer < c_.n_hash_layers;
         std::vector<float> logits(S * E);
         cpu::matmul_nt(x, L.gate_w.f(), logits.data(), S, E, D);
-        std::vector<std::vector<std::pair<int64_t, float>>> by_expert(E);  // (row, weight)
+        cpu::route_table rt;
+        rt.offsets.push_back(0);
         for (int64_t s = 0; s < S; s++) {
             std::vector<float> score(E), biased(E);
             for (int64_t e = 0; e < E; e++) {
@@ -583,35 +589,29 @@ private:
             float sum = 0;
             for (int64_t e : sel) sum += score[size_t(e)];
             const float den = official_ ? sum : sum + 1e-20f;
-            for (int64_t e : sel) by_expert[size_t(e)].push_back({s, score[size_t(e)] / den * c_.route_scale});
+            for (int64_t e : sel) rt.routes.push_back({uint32_t(e), score[size_t(e)] / den * c_.route_scale});
+            rt.offsets.push_back(uint32_t(rt.routes.size()));
         }
-        // fp32 accumulator; routed experts added in increasing expert id, then the shared one.
-        std::vector<float> acc(S * D, 0.0f);
-        for (int64_t e = 0; e < E; e++) {
-            const auto &rows = by_expert[size_t(e)];
-            if (rows.empty()) continue;
-            const int64_t n = int64_t(rows.size());
-            std::vector<float> xe(n * D), ye(n * D), we(n);
-            for (int64_t i = 0; i < n; i++) {
-                std::copy(x + rows[size_t(i)].first * D, x + (rows[size_t(i)].first + 1) * D, xe.data() + i * D);
-                we[size_t(i)] = rows[size_t(i)].second;
-            }
-            swiglu_expert(expert_nm(lin::FP4), L.w1[size_t(e)], L.w2[size_t(e)], L.w3[size_t(e)], xe.data(), n, D, we.data(), ye.data());
-            for (int64_t i = 0; i < n; i++)
-                for (int64_t d = 0; d < D; d++) acc[size_t(rows[size_t(i)].first * D + d)] += ye[size_t(i * D + d)];
-        }
+        // fp32 accumulator: the routed experts (local or remote, summed per row in increasing
+        // expert id; TP partials in rank order), then the shared one; one rounding.
+        // The shared expert runs while a remote layer's ranks work (start .. finish).
+        std::vector<float> acc(S * D);
+        DS41RT_RETURN_IF_ERROR(experts_->start(layer, expert_nm(lin::FP4), x, rt));
         if (c_.n_shared_experts > 0) {
             std::vector<float> sh(S * D);
             swiglu_expert(expert_nm(lin::FP8), L.sw1, L.sw2, L.sw3, x, S, D, nullptr, sh.data());
+            DS41RT_RETURN_IF_ERROR(experts_->finish(acc.data()));
             for (int64_t i = 0; i < S * D; i++) out[i] = acc[size_t(i)] + sh[size_t(i)];
         } else {
+            DS41RT_RETURN_IF_ERROR(experts_->finish(acc.data()));
             std::copy(acc.begin(), acc.end(), out);
         }
         rb(out, S * D);  // OFFICIAL: fp32 sum, bf16 MoE output
+        return Status::ok();
     }
 
     // ---- one sequence chunk through the whole model (spec 3.1-3.10) ---------------------------
-    void forward(sequence_state &st, const std::vector<int32_t> &tokens, float *logits) const override {
+    Status forward(sequence_state &st, const std::vector<int32_t> &tokens, float *logits) const override {
         const int64_t S = int64_t(tokens.size()), D = c_.dim, p0 = st.len;
         const int hc = c_.hc_mult;
 
@@ -636,17 +636,19 @@ private:
             hc_mixes fm = mixes_at(X, S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base);
             collapse(X, fm.pre, S, x.data());
             norm(x.data(), L.ffn_norm, S, D);
-            moe(L, l, x.data(), tokens, S, y.data());
+            DS41RT_RETURN_IF_ERROR(moe(L, l, x.data(), tokens, S, y.data()));
             expand(X, y.data(), fm, S);
         }
         hc_head(X, S, x.data());
         norm(x.data(), w_.norm, S, D);
         linear(x.data(), w_.head, logits, S, c_.vocab_size, D, lin::F32);
         st.len += S;
+        return Status::ok();
     }
 
     model::model_config c_;
     model_weights w_;
+    std::unique_ptr<experts::routed_experts> experts_;
     engine_options opt_;
     bool official_ = opt_.mode == numerics::OFFICIAL;
     rope_table rope_main_, rope_compress_;
@@ -659,7 +661,9 @@ Result<std::unique_ptr<engine>> make_v4_engine(const model::model_config &c, con
     if (c.model_arch != model::arch::V4) return Status::invalid_argument("make_v4_engine: config is not deepseek_v4");
     model_weights mw;
     DS41RT_RETURN_IF_ERROR(load_weights(c, w, &mw));
-    return std::unique_ptr<engine>(new v4_engine(c, std::move(mw), opt));
+    auto ex = experts::open(c, w, opt.remote);
+    if (!ex) return ex.status();
+    return std::unique_ptr<engine>(new v4_engine(c, std::move(mw), std::move(ex.value()), opt));
 }
 
 }  // namespace ds41rt::engine

@@ -124,7 +124,7 @@ ojson config_json(const synth_options &o) {
         {"index_topk", 4},
         {"n_routed_experts", 8},
         {"num_experts_per_tok", 2},
-        {"moe_intermediate_size", 32},
+        {"moe_intermediate_size", o.moe_intermediate},
         {"n_shared_experts", 1},
         {"scoring_func", "sqrtsoftplus"},
         {"topk_method", "noaux_tc"},
@@ -378,6 +378,9 @@ Result<std::string> synth_config_json(const synth_options &o) {
     if (o.vocab_size < 8) return Status::invalid_argument("synth: vocab_size must be >= 8");
     if (o.dim <= 0 || o.dim % 32 != 0)
         return Status::invalid_argument("synth: dim " + std::to_string(o.dim) + " must be a positive multiple of 32");
+    if (o.moe_intermediate <= 0 || o.moe_intermediate % 32 != 0)
+        return Status::invalid_argument("synth: moe_intermediate " + std::to_string(o.moe_intermediate) +
+                                        " must be a positive multiple of 32 (MXFP4 blocks)");
     if (o.engram_vocab_size < 2) return Status::invalid_argument("synth: engram_vocab_size must be >= 2");
     if (!o.token_map.empty() && int64_t(o.token_map.size()) != o.vocab_size)
         return Status::invalid_argument("synth: the token map has " + std::to_string(o.token_map.size()) +

@@ -34,6 +34,7 @@ struct synth_options {
     uint64_t seed = 0;
     int64_t vocab_size = 129280;         // the DeepSeek V4 / V4.1 vocabulary
     int64_t dim = 64;                    // hidden_size, a multiple of 32
+    int64_t moe_intermediate = 32;       // moe_intermediate_size, a multiple of 32 (wider for TP tests)
     int64_t engram_vocab_size = 5000;    // prime search start: ~6x this rows per Engram table
     bool mtp = true;                     // also write the DSpark stages (mtp.0..2)
     // Engram hashing: the compressed token map [vocab_size] and the multipliers

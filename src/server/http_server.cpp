@@ -55,6 +55,8 @@ struct channel {
 api_error error_of_event(const serving::generation_event &ev) {
     if (ev.reason == serving::finish_reason::CANCELLED)
         return make_error(503, "server_error", "cancelled", "the request was cancelled (the server is shutting down)");
+    if (ev.error.code() == status_code::UNAVAILABLE)  // an expert worker did not answer: retry later
+        return make_error(503, "server_error", "service_unavailable", "generation failed: " + ev.error.message());
     return make_error(500, "server_error", "engine_error", "generation failed: " + ev.error.to_string());
 }
 

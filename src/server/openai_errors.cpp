@@ -38,7 +38,8 @@ api_error error_from_status(const Status &st) {
     }
     case status_code::NOT_SUPPORTED:
         return make_error(501, "not_supported_error", "not_supported", m, param_of(m));
-    case status_code::UNAVAILABLE: return make_error(429, "rate_limit_error", "queue_full", m);
+    case status_code::RESOURCE_EXHAUSTED: return make_error(429, "rate_limit_error", "queue_full", m);
+    case status_code::UNAVAILABLE: return make_error(503, "server_error", "service_unavailable", m);
     default: return make_error(500, "server_error", "internal_error", m);
     }
 }

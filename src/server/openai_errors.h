@@ -2,8 +2,9 @@
 //   {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}
 //
 // The mapping from Status codes is made once, here (STYLE convention 11): INVALID_ARGUMENT and
-// EXCEEDS_CONTEXT 400, NOT_FOUND 404, NOT_SUPPORTED 501, UNAVAILABLE 429 (the queue is full; the
-// caller adds Retry-After), everything else 500. A request-parsing Status names the offending
+// EXCEEDS_CONTEXT 400, NOT_FOUND 404, NOT_SUPPORTED 501, RESOURCE_EXHAUSTED 429 (the queue is
+// full; the caller adds Retry-After), UNAVAILABLE 503 (an expert worker did not answer, the
+// reason in the message), everything else 500. A request-parsing Status names the offending
 // field first ("temperature: must be in [0, 2]"); that name becomes "param".
 //
 // Threading: pure functions.

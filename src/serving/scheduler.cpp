@@ -86,7 +86,7 @@ Result<request_id> scheduler::submit(generation_request r) {
     if (stopping_) return Status::unavailable("the scheduler is shutting down");
     if (int64_t(queue_.size()) >= opt_.max_queue) {
         metrics_.requests_rejected++;
-        return Status::unavailable("the request queue is full (" + std::to_string(opt_.max_queue) +
+        return Status::resource_exhausted("the request queue is full (" + std::to_string(opt_.max_queue) +
                                    " waiting); retry later");
     }
     const uint64_t seed = r.sampling.seed ? uint64_t(*r.sampling.seed) : seed_rng_();

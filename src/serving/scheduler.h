@@ -16,7 +16,7 @@
 //
 // Admission: submit() checks the request (INVALID_ARGUMENT; EXCEEDS_CONTEXT when prompt +
 // max_tokens does not fit the context) and queues it; when max_queue requests are already
-// waiting it returns UNAVAILABLE (the server answers 429 with Retry-After).
+// waiting it returns RESOURCE_EXHAUSTED (the server answers 429 with Retry-After).
 //
 // Determinism: the engine computes each row independently of the rest of the batch, and the
 // sampler's draw depends only on (seed, output position); so a request's output does not depend

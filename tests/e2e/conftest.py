@@ -50,17 +50,17 @@ class Server:
         raise KeyError(line_prefix)
 
 
-def start_server(log: Path, *extra: str) -> Server:
-    """Starts `ds41rt serve` on the fixture model and waits for /health 200."""
+def start_server(log: Path, *extra: str, model_dir: Path = MODEL_DIR) -> Server:
+    """Starts `ds41rt serve` on the fixture model (or model_dir) and waits for /health 200."""
     binary = _binary()
     if not binary.exists():
         pytest.fail(f"{binary} not found: build first (scripts/build.sh) or set DS41RT_BUILD_DIR")
-    if not (MODEL_DIR / "config.json").exists():
-        pytest.fail(f"fixture model {MODEL_DIR} is missing")
+    if not (model_dir / "config.json").exists():
+        pytest.fail(f"model {model_dir} is missing")
     port = _free_port()
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [str(binary), "serve", "--model", str(MODEL_DIR), "--port", str(port), "--api-key", API_KEY, *extra],
+            [str(binary), "serve", "--model", str(model_dir), "--port", str(port), "--api-key", API_KEY, *extra],
             stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
     srv = Server(port, proc, log)
     deadline = time.time() + 60

@@ -5,7 +5,7 @@
 //  - several requests running together give what each gives alone (greedy and seeded);
 //  - the same seed reproduces a sampled output, another seed changes it;
 //  - cancellation (running and queued) ends the request and frees its sequence;
-//  - a full queue rejects with UNAVAILABLE; prompt + max_tokens over the context is EXCEEDS_CONTEXT;
+//  - a full queue rejects with RESOURCE_EXHAUSTED; prompt + max_tokens over the context is EXCEEDS_CONTEXT;
 //  - max_tokens ends with LENGTH, a stop string or stop token with STOP and its text withheld;
 //  - a grammar (XGrammar JSON schema) constrains greedy and sampled output and ends it at EOS.
 #include <gtest/gtest.h>
@@ -260,7 +260,7 @@ TEST_P(SchedulerFixture, QueueFullAndContextLimits) {
     EXPECT_TRUE(s.submit(make(prompt_, 2, a)).is_ok());
     EXPECT_TRUE(s.submit(make(prompt_, 2, b)).is_ok());
     auto full = s.submit(make(prompt_, 2, c));
-    EXPECT_EQ(full.status().code(), status_code::UNAVAILABLE);
+    EXPECT_EQ(full.status().code(), status_code::RESOURCE_EXHAUSTED);
     auto too_long = s.submit(make(prompt_, 9, d));
     EXPECT_EQ(too_long.status().code(), status_code::EXCEEDS_CONTEXT);
     std::vector<int32_t> bad = prompt_;

@@ -1,11 +1,9 @@
-#include "engine/expert.h"
+#include "backend/cpu/swiglu.h"
 
 #include <algorithm>
 #include <vector>
 
-#include "backend/cpu/ops.h"
-
-namespace ds41rt::engine {
+namespace ds41rt::backend::cpu {
 
 void swiglu_expert(const expert_numerics &nm, const Tensor &w1, const Tensor &w2, const Tensor &w3, const float *x,
                    int64_t n, int64_t D, const float *row_weight, float *y) {
@@ -22,7 +20,7 @@ void swiglu_expert(const expert_numerics &nm, const Tensor &w1, const Tensor &w2
                 uv = std::clamp(uv, -lim, lim);
                 gv = std::min(gv, lim);
             }
-            float h = backend::cpu::silu(gv) * uv;
+            float h = silu(gv) * uv;
             if (weight_before) h = row_weight[r] * h;  // fp32, before the bf16 cast
             g[size_t(r * I + i)] = h;
         }
@@ -33,4 +31,4 @@ void swiglu_expert(const expert_numerics &nm, const Tensor &w1, const Tensor &w2
             for (int64_t d = 0; d < D; d++) y[r * D + d] *= row_weight[r];
 }
 
-}  // namespace ds41rt::engine
+}  // namespace ds41rt::backend::cpu

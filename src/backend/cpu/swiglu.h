@@ -1,13 +1,15 @@
-// One SwiGLU expert (routed or shared), shared by V4 and V4.1 (spec V4 3.9, V4.1 4.10):
+// One SwiGLU expert (routed or shared), shared by V4 and V4.1 (spec V4 3.9, V4.1 4.10), and by
+// every place an expert runs (the engine's shared expert, the local routed layers, a worker's TP
+// slice: w1, w3 [I_slice, D] and w2 [D, I_slice] give that slice's share of y):
 // y = w2(weight * silu(min(w1 x, L)) * clamp(w3 x, -L, L)), the clamps only when L > 0.
 #pragma once
 
 #include <cstdint>
 
 #include "core/tensor.h"
-#include "engine/numerics.h"
+#include "backend/cpu/numerics.h"
 
-namespace ds41rt::engine {
+namespace ds41rt::backend::cpu {
 
 struct expert_numerics {
     bool official = false;
@@ -23,4 +25,4 @@ struct expert_numerics {
 void swiglu_expert(const expert_numerics &nm, const Tensor &w1, const Tensor &w2, const Tensor &w3, const float *x,
                    int64_t n, int64_t D, const float *row_weight, float *y);
 
-}  // namespace ds41rt::engine
+}  // namespace ds41rt::backend::cpu

@@ -1,5 +1,6 @@
-// The OFFICIAL numerics' shared building blocks (engine.h, numerics::OFFICIAL), used the same
-// way by the V4 and V4.1 forward passes: bf16 rounding of activations where DeepSeek's reference
+// The OFFICIAL numerics' shared building blocks (engine/engine.h, numerics::OFFICIAL), used the
+// same way by the V4 and V4.1 forward passes and by the routed experts wherever they run (the
+// coordinator's local layers, an expert worker's slices): bf16 rounding of activations where DeepSeek's reference
 // holds them in bf16 (its default dtype), and the linear classes of the reference's matmuls.
 // In TRANSFORMERS numerics (official = false) all of these are plain fp32.
 #pragma once
@@ -10,7 +11,7 @@
 #include "backend/cpu/ops.h"
 #include "core/dtype.h"
 
-namespace ds41rt::engine {
+namespace ds41rt::backend::cpu {
 
 // What kind of matmul the reference runs for a weight (V4 spec 2.1, V4.1 spec section 3):
 //  FP8 / FP4: the activation is FP8-quantized per `act_block` channels (ue8m0 scales) first, the
@@ -32,12 +33,12 @@ inline void linear_numerics(bool official, int64_t act_block, const float *x, co
                             int64_t n, int64_t k, lin kind) {
     if (official && (kind == lin::FP8 || kind == lin::FP4)) {
         std::vector<float> xq(x, x + m * k);
-        backend::cpu::fake_quant_fp8_ue8m0(xq.data(), m, k, act_block);
-        backend::cpu::matmul_nt(xq.data(), w, y, m, n, k);
+        fake_quant_fp8_ue8m0(xq.data(), m, k, act_block);
+        matmul_nt(xq.data(), w, y, m, n, k);
     } else {
-        backend::cpu::matmul_nt(x, w, y, m, n, k);
+        matmul_nt(x, w, y, m, n, k);
     }
     if (kind != lin::F32) round_bf16_if(official, y, m * n);
 }
 
-}  // namespace ds41rt::engine
+}  // namespace ds41rt::backend::cpu

@@ -1,0 +1,38 @@
+#include "backend/cpu/routed.h"
+
+#include <algorithm>
+#include <string>
+
+namespace ds41rt::backend::cpu {
+
+Status routed_expert_sum(const expert_numerics &nm, const std::vector<expert_weights> &experts, const float *x,
+                         int64_t D, const route_table &rt, float *acc) {
+    const int64_t S = rt.rows(), E = int64_t(experts.size());
+    std::vector<std::vector<std::pair<int64_t, float>>> by_expert(E);  // (row, weight)
+    for (int64_t s = 0; s < S; s++)
+        for (uint32_t i = rt.offsets[size_t(s)]; i < rt.offsets[size_t(s + 1)]; i++) {
+            const route &r = rt.routes[i];
+            if (int64_t(r.expert) >= E || experts[r.expert].w1.empty())
+                return Status::invalid_argument("routed experts: row " + std::to_string(s) + " routes to expert " +
+                                                std::to_string(r.expert) + ", which is not held here");
+            by_expert[r.expert].push_back({s, r.weight});
+        }
+    std::fill(acc, acc + S * D, 0.0f);
+    for (int64_t e = 0; e < E; e++) {
+        const auto &rows = by_expert[size_t(e)];
+        if (rows.empty()) continue;
+        const int64_t n = int64_t(rows.size());
+        std::vector<float> xe(n * D), ye(n * D), we(n);
+        for (int64_t i = 0; i < n; i++) {
+            std::copy(x + rows[size_t(i)].first * D, x + (rows[size_t(i)].first + 1) * D, xe.data() + i * D);
+            we[size_t(i)] = rows[size_t(i)].second;
+        }
+        const expert_weights &w = experts[size_t(e)];
+        swiglu_expert(nm, w.w1, w.w2, w.w3, xe.data(), n, D, we.data(), ye.data());
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t d = 0; d < D; d++) acc[rows[size_t(i)].first * D + d] += ye[size_t(i * D + d)];
+    }
+    return Status::ok();
+}
+
+}  // namespace ds41rt::backend::cpu

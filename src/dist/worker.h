@@ -1,0 +1,68 @@
+// The expert worker: holds the TP slice of the routed experts of the layers a plan gives it, and
+// answers expert requests over any channel.
+//
+// What crosses this boundary: a checkpoint directory, a plan and this worker's index in it come
+// in; frames go in and out. A request carries rows (hidden states after the FFN norm) and each
+// row's routes; the answer is one FP32 partial row per row: this rank's slice of the experts,
+// summed over the row's routes in the order the single-process engine sums them
+// (backend/cpu/routed.h). Anything wrong with a request (stale placement version, a layer not
+// held here, a malformed frame) is answered with an ERROR frame naming the reason; a frame
+// whose header does not decode also ends the connection, since the stream is out of step.
+//
+// Threading: handle() may be called from several threads (serve() runs one per connection);
+// the expert arithmetic itself runs one request at a time per process, since the CPU backend's
+// thread pool serves one caller at a time.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/routed.h"
+#include "core/status.h"
+#include "dist/plan.h"
+#include "dist/tcp_transport.h"
+#include "dist/wire.h"
+#include "model/config.h"
+
+namespace ds41rt::dist {
+
+// The channel alignment of a checkpoint format's expert slices (the quant spec's block sizes).
+Result<int> slice_align(const std::string &format);
+
+class expert_worker {
+public:
+    // Loads config.json and, for every layer the plan places on worker `rank`, that rank's slice
+    // of every routed expert (w1, w3 rows and w2 columns of the intermediate dimension).
+    static Result<std::unique_ptr<expert_worker>> load(const std::string &model_dir, const Plan &plan, int rank);
+
+    // One frame in, one frame out. close_after: the connection must end after the answer.
+    frame_bytes handle(const frame_bytes &in, bool *close_after);
+
+    // Serves connections from l until stop is set (checked every 200 ms); one thread per
+    // connection, all joined before it returns.
+    Status serve(tcp_listener &l, const std::atomic<bool> &stop);
+
+    int rank() const { return rank_; }
+    uint64_t placement_version() const { return version_; }
+    std::vector<int> layers() const;
+
+private:
+    struct layer_slice {
+        int tp = 1, tp_rank = 0;
+        Slice slice;
+        std::vector<backend::cpu::expert_weights> experts;
+    };
+    expert_worker() = default;
+    frame_bytes answer_request(const frame_bytes &in);
+    void serve_connection(std::unique_ptr<channel> ch, const std::atomic<bool> &stop);
+
+    model::model_config cfg_;
+    uint64_t version_ = 0;
+    int rank_ = 0;
+    std::map<int, layer_slice> layers_;
+};
+
+}  // namespace ds41rt::dist
