@@ -27,6 +27,7 @@ Status nvfp4_check(const std::string &name, const nvfp4_linear &l) {
 void nvfp4_dequantize(const nvfp4_linear &l, float *w) {
     float lut[16];
     for (int i = 0; i < 16; i++) lut[i] = e2m1_to_f32(uint8_t(i));
+    lut[8] = 0.0f;  // ModelOpt's table decodes the -0 code as +0 (fixture quant-nvfp4: bit-identical)
     const int64_t blocks = l.in / 16;
     for (int64_t r = 0; r < l.out; r++) {
         const uint8_t *row = l.codes + r * (l.in / 2);

@@ -72,10 +72,13 @@ void nvfp4_w4a4_swiglu(const float *x, int64_t m, int64_t dim, int64_t inter, co
     matmul_nt(xq.data(), w1, g.data(), m, inter, dim);
     matmul_nt(xq.data(), w3, u.data(), m, inter, dim);
     const float L = swiglu_limit;
+    // A bf16 model's rounding points (as the producer's fake-quant forward runs it): the gate and
+    // up GEMMs write bf16, silu writes bf16, the product writes bf16 before the down projection.
     for (size_t i = 0; i < g.size(); i++) {
-        const float gi = L > 0 ? std::min(g[i], L) : g[i];
-        const float ui = L > 0 ? std::clamp(u[i], -L, L) : u[i];
-        g[i] = round_bf16(silu(gi) * ui);  // staged as bf16 before the down projection
+        const float gb = round_bf16(g[i]), ub = round_bf16(u[i]);
+        const float gi = L > 0 ? std::min(gb, L) : gb;
+        const float ui = L > 0 ? std::clamp(ub, -L, L) : ub;
+        g[i] = round_bf16(round_bf16(silu(gi)) * ui);
     }
     nvfp4_w4a4_linear(g.data(), m, w2, dim, inter, input_scale2, y);
 }
