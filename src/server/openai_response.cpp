@@ -88,6 +88,9 @@ json response_builder::usage() const {
     u["prompt_tokens"] = prompt_tokens_;
     u["completion_tokens"] = completion_tokens_;
     u["total_tokens"] = prompt_tokens_ + completion_tokens_;
+    // Prompt tokens served from a prefix cache: none yet (every prompt is prefilled), so 0 is the
+    // true count, reported in OpenAI's shape so clients that read it need no special case.
+    u["prompt_tokens_details"] = {{"cached_tokens", 0}};
     return u;
 }
 

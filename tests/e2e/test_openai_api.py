@@ -78,6 +78,7 @@ def test_stream_include_usage_final_chunk(client):
     assert last.usage is not None
     assert last.usage.completion_tokens == 5
     assert last.usage.total_tokens == last.usage.prompt_tokens + 5
+    assert last.usage.prompt_tokens_details.cached_tokens == 0  # no prefix cache yet
     assert all(ch.usage is None for ch in chunks[:-1])
 
 
