@@ -1,7 +1,7 @@
 // The full-size configs built into the binary (model/flash_configs, what `ds41rt plan
-// --model-type` plans against) must stay equal to the released config.json files kept as
-// fixtures (tests/fixtures/configs, written from the specs; provenance in its README): two
-// copies, one truth.
+// --model-type` plans against) must stay equal to the config.json files kept as fixtures
+// (tests/fixtures/configs, written from the specs' config tables; provenance in its README):
+// two copies, one truth.
 #include "model/flash_configs.h"
 
 #include <gtest/gtest.h>
