@@ -115,12 +115,14 @@ Status tail(const char *op, const float *x, uint16_t *t, int64_t rows, int64_t s
 
 Status pack_fp8_ue8m0(const float *x, int64_t rows, int64_t stride, int64_t cols, int64_t block, fp8_rows out,
                       cudaStream_t stream) {
+    if (stride > cols && rows > 0 && !out.tail) return Status::invalid_argument("pack_fp8_ue8m0: stride > cols needs a tail array");
     DS41RT_RETURN_IF_ERROR(pack<qkind::FP8_UE8M0>("pack_fp8_ue8m0", x, rows, stride, cols, block, out.codes, out.scales, stream));
     return tail("pack_fp8_ue8m0", x, out.tail, rows, stride, cols, true, nullptr, stream);
 }
 
 Status unpack_fp8_ue8m0(fp8_rows in, int64_t rows, int64_t stride, int64_t cols, int64_t block, float *x,
                         cudaStream_t stream) {
+    if (stride > cols && rows > 0 && !in.tail) return Status::invalid_argument("unpack_fp8_ue8m0: stride > cols needs a tail array");
     DS41RT_RETURN_IF_ERROR(unpack<qkind::FP8_UE8M0>("unpack_fp8_ue8m0", in.codes, in.scales, rows, stride, cols, block, x, stream));
     return tail("unpack_fp8_ue8m0", nullptr, in.tail, rows, stride, cols, false, x, stream);
 }
