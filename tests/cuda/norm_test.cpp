@@ -4,7 +4,8 @@
 // Tolerance, rms_norm: every element within 1e-6 relative. Both sides take the same fp32 steps
 // after the sum of squares; the sum is fp64 on both, in different orders, which moves the fp32
 // mean only at a rounding tie (1 ulp, 1.2e-7 relative). Bit mismatches are printed (expect 0).
-// With bf16 output a 1-ulp fp32 difference could move a value across a bf16 tie: within 2^-8.
+// With bf16 output a 1-ulp fp32 difference could move a value across a bf16 tie: one bf16 ulp,
+// at most 2^-7 relative.
 // rms_norm_unweighted_bf16: bit-exact (the GPU adds in the host's order).
 // Outputs are poisoned with NaN; the in-place bf16 norm is checked on every element.
 #include <gtest/gtest.h>
@@ -41,7 +42,7 @@ protected:
         std::vector<float> got = in_place ? dx.download() : dy.download();
         double worst = 0;
         size_t bits = 0;
-        const double tol = rb ? 1.0 / 256 : 1e-6;
+        const double tol = rb ? 1.0 / 128 : 1e-6;
         for (size_t i = 0; i < ref.size(); i++) {
             ASSERT_TRUE(std::isfinite(got[i])) << what << ": element " << i << " not written";
             bits += f32_bits(got[i]) != f32_bits(ref[i]);
