@@ -48,6 +48,10 @@ TEST_F(CudaFakeQuant, Fp8Ue8m0WindowKvAndActivations) {
         check("fake_quant_fp8_ue8m0 block " + std::to_string(block), rows, dim,
               [&](float *p) { cpu::fake_quant_fp8_ue8m0(p, rows, dim, block); },
               [&](float *p) { return cuda::fake_quant_fp8_ue8m0(p, rows, dim, block, nullptr); });
+    dev_vec<float> x(testing_util::random_normal(16 * 5120, 3));
+    testing_util::print_timing("fake_quant_fp8_ue8m0 [16, 5120] / 32", 16 * 5120 * 8.0, [&] {
+        (void)cuda::fake_quant_fp8_ue8m0(x.p, 16, 5120, 32, nullptr);
+    });
 }
 
 TEST_F(CudaFakeQuant, Fp8Ue8m0ColsLeavesRopeDims) {

@@ -72,6 +72,9 @@ TEST_F(CudaMhc, ProjectBothOrders) {
                     (long long)S, (long long)FLAT, N_MIX, fold ? "fold after" : "normalize first", st.worst, st.bits,
                     (long long)(S * N_MIX));
     }
+    testing_util::print_timing("hc_project [16, 20480] x 24", double(S + N_MIX) * FLAT * 4, [&] {
+        (void)cuda::hc_project(dX.p, S, FLAT, dfn.p, N_MIX, 1e-20f, true, dm.p, nullptr);
+    });
 }
 
 TEST_F(CudaMhc, SplitSinkhorn) {

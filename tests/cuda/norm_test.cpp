@@ -56,6 +56,12 @@ protected:
 
 TEST_F(CudaNorm, V41HiddenRows) {
     check(16, 5120, 1e-20f, true, false, false);
+    {
+        dev_vec<float> x(testing_util::random_normal(16 * 5120, 1)), w(testing_util::random_normal(5120, 2)), y(16 * 5120);
+        testing_util::print_timing("rms_norm [16, 5120]", 16 * 5120 * 8.0, [&] {
+            (void)cuda::rms_norm_rows(x.p, w.p, y.p, 16, 5120, 1e-20f, false, nullptr);
+        });
+    }
     check(3, 5120, 1e-20f, true, true, false);
     check(7, 1024, 1e-20f, true, false, true);
     check(5, 5120, 1e-20f, false, false, false);  // unweighted (per-head q norm of V4.1 in fp32 mode)

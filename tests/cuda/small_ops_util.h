@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <iterator>
 #include <random>
@@ -99,6 +100,26 @@ inline std::vector<float> quant_rows(int64_t rows, int64_t dim, uint32_t seed) {
     if (rows > 3)
         for (int64_t c = 0; c < dim; c++) v[size_t(3 * dim + c)] = float(c % 7 - 3) * 1e-30f;
     return v;
+}
+
+// Mean time of one call of fn over reps calls after a warm-up, in microseconds, and the
+// bandwidth that moving `bytes` per call in that time means. Printed as information, never asserted.
+template <typename F>
+void print_timing(const std::string &what, double bytes, F &&fn, int reps = 100) {
+    fn();
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    cudaEventRecord(a);
+    for (int i = 0; i < reps; i++) fn();
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    const double us = 1e3 * ms / reps;
+    std::printf("[ time ] %s: %.2f us per call, %.0f GB/s for %.0f bytes\n", what.c_str(), us, bytes / us * 1e-3, bytes);
 }
 
 // Skips the test when there is no usable GPU (CI builds without one).

@@ -80,6 +80,11 @@ protected:
 TEST_F(CudaSwiglu, V41RoutedRowsWithRouteWeight) {
     check(16, 2304, 10.0f, true, false);
     check(6, 2304, 10.0f, true, true);
+    dev_vec<float> g(testing_util::random_normal(96 * 2304, 1)), u(testing_util::random_normal(96 * 2304, 2)),
+        w(testing_util::random_normal(96, 3)), h(96 * 2304);
+    testing_util::print_timing("swiglu_rows [96 routes, 2304]", 96 * 2304 * 12.0, [&] {
+        (void)cuda::swiglu_rows(g.p, u.p, w.p, h.p, 96, 2304, 10.0f, false, nullptr);
+    });
 }
 
 TEST_F(CudaSwiglu, SharedExpertAndV4Width) {
