@@ -1,0 +1,146 @@
+#include "backend/cuda/cache_pack.cuh"
+
+#include <string>
+
+#include "backend/cuda/block_quant.cuh"
+#include "backend/cuda/cuda_status.h"
+#include "backend/cuda/fake_quant.cuh"
+
+namespace ds41rt::backend::cuda {
+
+namespace {
+
+using dev::qkind;
+
+constexpr int THREADS = 256;
+
+unsigned blocks_for(int64_t n) { return unsigned((n + THREADS - 1) / THREADS); }
+
+// Bytes per call: rows * cols * 4 read; rows * cols (FP8) or cols / 2 (FP4) + cols / block written.
+template <qkind K>
+__global__ void pack_kernel(const float *x, int64_t rows, int64_t stride, int64_t cols, int lanes, uint8_t *codes,
+                            uint8_t *scales) {
+    const int64_t per_row = cols / 4;
+    const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    const bool live = t < rows * per_row;
+    const int64_t r = live ? t / per_row : 0, c4 = live ? t % per_row : 0;
+    const float4 v = live ? reinterpret_cast<const float4 *>(x + r * stride)[c4] : make_float4(0, 0, 0, 0);
+    const float amax = dev::block_amax(v, lanes);
+    if (!live) return;
+    const dev::block_scale s = dev::scale_of<K>(amax);
+    const uint32_t c0 = dev::code_of<K>(v.x, s.s), c1 = dev::code_of<K>(v.y, s.s), c2 = dev::code_of<K>(v.z, s.s),
+                   c3 = dev::code_of<K>(v.w, s.s);
+    if constexpr (K == qkind::FP8_UE8M0)
+        reinterpret_cast<uint32_t *>(codes + r * cols)[c4] = c0 | (c1 << 8) | (c2 << 16) | (c3 << 24);
+    else
+        reinterpret_cast<uint16_t *>(codes + r * (cols / 2))[c4] = uint16_t(c0 | (c1 << 4) | (c2 << 8) | (c3 << 12));
+    if (c4 % lanes == 0) scales[r * (cols / (4 * lanes)) + c4 / lanes] = s.code;
+}
+
+// Bytes per call: the packed bytes read, rows * cols * 4 written.
+template <qkind K>
+__global__ void unpack_kernel(const uint8_t *codes, const uint8_t *scales, int64_t rows, int64_t stride, int64_t cols,
+                              int lanes, float *x) {
+    const int64_t per_row = cols / 4;
+    const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (t >= rows * per_row) return;
+    const int64_t r = t / per_row, c4 = t % per_row;
+    const float s = dev::scale_value(K, scales[r * (cols / (4 * lanes)) + c4 / lanes]);
+    uint32_t c;
+    if constexpr (K == qkind::FP8_UE8M0) c = reinterpret_cast<const uint32_t *>(codes + r * cols)[c4];
+    else c = reinterpret_cast<const uint16_t *>(codes + r * (cols / 2))[c4];
+    constexpr int bits = K == qkind::FP8_UE8M0 ? 8 : 4;
+    constexpr uint32_t mask = (1u << bits) - 1;
+    float4 v;
+    v.x = dev::value_of<K>(uint8_t(c & mask), s);
+    v.y = dev::value_of<K>(uint8_t((c >> bits) & mask), s);
+    v.z = dev::value_of<K>(uint8_t((c >> 2 * bits) & mask), s);
+    v.w = dev::value_of<K>(uint8_t((c >> 3 * bits) & mask), s);
+    reinterpret_cast<float4 *>(x + r * stride)[c4] = v;
+}
+
+// The channels after cols: bf16 bits. Bytes: rows * (stride - cols) * 6.
+__global__ void tail_kernel(const float *x, uint16_t *tail, int64_t rows, int64_t stride, int64_t cols, bool pack,
+                            float *out) {
+    const int64_t w = stride - cols;
+    const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (t >= rows * w) return;
+    const int64_t r = t / w, c = t % w;
+    if (pack) tail[t] = dev::bf16_bits(x[r * stride + cols + c]);
+    else out[r * stride + cols + c] = dev::bf16_value(tail[t]);
+}
+
+Status check_codes(const char *op, const void *codes, const void *scales, int64_t rows, int64_t cols, size_t align) {
+    if (rows > 0 && cols > 0 && (!codes || !scales)) return Status::invalid_argument(std::string(op) + ": null codes or scales");
+    if (reinterpret_cast<uintptr_t>(codes) % align != 0)
+        return Status::invalid_argument(std::string(op) + ": codes not " + std::to_string(align) + "-byte aligned");
+    return Status::ok();
+}
+
+template <qkind K>
+Status pack(const char *op, const float *x, int64_t rows, int64_t stride, int64_t cols, int64_t block, uint8_t *codes,
+            uint8_t *scales, cudaStream_t stream) {
+    DS41RT_RETURN_IF_ERROR(detail::check_blocks(op, x, rows, stride, cols, block));
+    DS41RT_RETURN_IF_ERROR(check_codes(op, codes, scales, rows, cols, K == qkind::FP8_UE8M0 ? 4 : 2));
+    const int64_t n = rows * (cols / 4);
+    if (n == 0) return Status::ok();
+    pack_kernel<K><<<blocks_for(n), THREADS, 0, stream>>>(x, rows, stride, cols, int(block / 4), codes, scales);
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return Status::ok();
+}
+
+template <qkind K>
+Status unpack(const char *op, const uint8_t *codes, const uint8_t *scales, int64_t rows, int64_t stride, int64_t cols,
+              int64_t block, float *x, cudaStream_t stream) {
+    DS41RT_RETURN_IF_ERROR(detail::check_blocks(op, x, rows, stride, cols, block));
+    DS41RT_RETURN_IF_ERROR(check_codes(op, codes, scales, rows, cols, K == qkind::FP8_UE8M0 ? 4 : 2));
+    const int64_t n = rows * (cols / 4);
+    if (n == 0) return Status::ok();
+    unpack_kernel<K><<<blocks_for(n), THREADS, 0, stream>>>(codes, scales, rows, stride, cols, int(block / 4), x);
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return Status::ok();
+}
+
+Status tail(const char *op, const float *x, uint16_t *t, int64_t rows, int64_t stride, int64_t cols, bool packing,
+            float *out, cudaStream_t stream) {
+    const int64_t n = rows * (stride - cols);
+    if (n == 0) return Status::ok();
+    if (!t) return Status::invalid_argument(std::string(op) + ": stride > cols needs a tail array");
+    tail_kernel<<<blocks_for(n), THREADS, 0, stream>>>(x, t, rows, stride, cols, packing, out);
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return Status::ok();
+}
+
+}  // namespace
+
+Status pack_fp8_ue8m0(const float *x, int64_t rows, int64_t stride, int64_t cols, int64_t block, fp8_rows out,
+                      cudaStream_t stream) {
+    if (stride > cols && rows > 0 && !out.tail) return Status::invalid_argument("pack_fp8_ue8m0: stride > cols needs a tail array");
+    DS41RT_RETURN_IF_ERROR(pack<qkind::FP8_UE8M0>("pack_fp8_ue8m0", x, rows, stride, cols, block, out.codes, out.scales, stream));
+    return tail("pack_fp8_ue8m0", x, out.tail, rows, stride, cols, true, nullptr, stream);
+}
+
+Status unpack_fp8_ue8m0(fp8_rows in, int64_t rows, int64_t stride, int64_t cols, int64_t block, float *x,
+                        cudaStream_t stream) {
+    if (stride > cols && rows > 0 && !in.tail) return Status::invalid_argument("unpack_fp8_ue8m0: stride > cols needs a tail array");
+    DS41RT_RETURN_IF_ERROR(unpack<qkind::FP8_UE8M0>("unpack_fp8_ue8m0", in.codes, in.scales, rows, stride, cols, block, x, stream));
+    return tail("unpack_fp8_ue8m0", nullptr, in.tail, rows, stride, cols, false, x, stream);
+}
+
+Status pack_fp4_ue8m0(const float *x, int64_t rows, int64_t dim, int64_t block, fp4_rows out, cudaStream_t stream) {
+    return pack<qkind::FP4_UE8M0>("pack_fp4_ue8m0", x, rows, dim, dim, block, out.codes, out.scales, stream);
+}
+
+Status unpack_fp4_ue8m0(fp4_rows in, int64_t rows, int64_t dim, int64_t block, float *x, cudaStream_t stream) {
+    return unpack<qkind::FP4_UE8M0>("unpack_fp4_ue8m0", in.codes, in.scales, rows, dim, dim, block, x, stream);
+}
+
+Status pack_fp4_e4m3(const float *x, int64_t rows, int64_t dim, int64_t block, fp4_rows out, cudaStream_t stream) {
+    return pack<qkind::FP4_E4M3>("pack_fp4_e4m3", x, rows, dim, dim, block, out.codes, out.scales, stream);
+}
+
+Status unpack_fp4_e4m3(fp4_rows in, int64_t rows, int64_t dim, int64_t block, float *x, cudaStream_t stream) {
+    return unpack<qkind::FP4_E4M3>("unpack_fp4_e4m3", in.codes, in.scales, rows, dim, dim, block, x, stream);
+}
+
+}  // namespace ds41rt::backend::cuda

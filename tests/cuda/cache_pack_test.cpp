@@ -1,0 +1,145 @@
+// Packed cache rows (backend/cuda/cache_pack) at the pools' real row shapes: V4.1 window KV
+// (FP8, 512 per 32: 528 B), compressed entries (FP4 + E4M3 per 16: 288 B), index keys (FP4 +
+// E8M0 per 32: 68 B); V4 window KV (FP8 448 per 64 + bf16 rope tail) and rotated index keys.
+// Checks, all bit-exact (mismatches 0):
+//  - unpack(pack(x)) equals the CPU fake quant of x (backend/cpu), tail channels round_bf16(x);
+//  - the packed bytes equal the codes core/dtype's host conversions give for the CPU's values
+//    and scales (f32_to_e8m0 / f32_to_e4m3 of the scale, f32_to_e4m3 / f32_to_e2m1 of value / scale).
+// Every output array (codes, scales, tail, unpacked rows) is poisoned with 0xff first.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/cache_pack.cuh"
+#include "backend/cuda/fake_quant.cuh"
+#include "small_ops_util.h"
+
+using namespace ds41rt;
+using namespace ds41rt::backend;
+using testing_util::dev_vec;
+
+namespace {
+
+enum class kind { FP8, FP4_UE8M0, FP4_E4M3 };
+
+// The CPU's scale of one block, as backend/cpu ops.cpp forms it.
+float cpu_scale(kind k, const float *p, int64_t block) {
+    float amax = 0;
+    for (int64_t i = 0; i < block; i++) amax = std::max(amax, std::fabs(p[i]));
+    if (k == kind::FP8) return cpu::pow2_ceil(std::max(amax, 1e-4f) * (1.0f / 448.0f));
+    if (k == kind::FP4_UE8M0) return cpu::pow2_ceil(std::max(amax, 6.0f * std::ldexp(1.0f, -126)) * (1.0f / 6.0f));
+    return round_e4m3(std::max(amax, 6.0f * std::ldexp(1.0f, -9)) / 6.0f, true);
+}
+
+class CudaCachePack : public testing_util::CudaOps {
+protected:
+    // rows of width stride; the first cols channels quantized in blocks; rotate: V4 index keys.
+    void check(const std::string &what, kind k, int64_t rows, int64_t stride, int64_t cols, int64_t block,
+               int64_t expect_row_bytes, bool rotate = false) {
+        const bool fp8 = k == kind::FP8;
+        const int64_t code_bytes = fp8 ? cols : cols / 2, nsc = cols / block, tail_w = stride - cols;
+        EXPECT_EQ(code_bytes + nsc + 2 * tail_w, expect_row_bytes) << what << ": bytes per row";
+
+        std::vector<float> x = testing_util::quant_rows(rows, stride, uint32_t(rows * 17 + stride + int(k)));
+        if (rotate)
+            for (auto &v : x) v = round_bf16(v);
+        // CPU side: the fake quant (and, for V4's keys, the rotation first).
+        std::vector<float> src = x;
+        if (rotate) {
+            cpu::hadamard_transform(src.data(), rows, stride, 1.0f / std::sqrt(float(stride)));
+            for (auto &v : src) v = round_bf16(v);
+        }
+        std::vector<float> ref = src;
+        if (k == kind::FP8) cpu::fake_quant_fp8_ue8m0_cols(ref.data(), rows, stride, cols, block);
+        if (k == kind::FP4_UE8M0) cpu::fake_quant_fp4_ue8m0(ref.data(), rows, stride, block);
+        if (k == kind::FP4_E4M3) cpu::fake_quant_fp4_e4m3(ref.data(), rows, stride, block);
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = cols; c < stride; c++) ref[size_t(r * stride + c)] = round_bf16(src[size_t(r * stride + c)]);
+        // The expected bytes from core/dtype's host conversions.
+        std::vector<uint8_t> want_codes(size_t(rows * code_bytes), 0), want_scales(size_t(rows * nsc));
+        std::vector<uint16_t> want_tail(size_t(rows * tail_w));
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t b = 0; b < nsc; b++) {
+                const float s = cpu_scale(k, src.data() + r * stride + b * block, block);
+                want_scales[size_t(r * nsc + b)] = k == kind::FP4_E4M3 ? f32_to_e4m3(s) : f32_to_e8m0(s);
+                for (int64_t i = 0; i < block; i++) {
+                    const int64_t c = b * block + i;
+                    const float q = ref[size_t(r * stride + c)] / s;
+                    if (fp8) want_codes[size_t(r * code_bytes + c)] = f32_to_e4m3(q);
+                    else want_codes[size_t(r * code_bytes + c / 2)] |= uint8_t(f32_to_e2m1(q) << (4 * (c & 1)));
+                }
+            }
+            for (int64_t c = 0; c < tail_w; c++) want_tail[size_t(r * tail_w + c)] = f32_to_bf16(src[size_t(r * stride + cols + c)]);
+        }
+
+        dev_vec<float> dx(x), dback(x.size());
+        dev_vec<uint8_t> dcodes(want_codes.size()), dscales(want_scales.size());
+        dev_vec<uint16_t> dtail(want_tail.size());
+        dcodes.poison();
+        dscales.poison();
+        dtail.poison();
+        dback.poison();
+        Status st;
+        if (rotate) {
+            ASSERT_TRUE(cuda::hadamard_rotate_bf16(dx.p, rows, stride, nullptr).is_ok());
+        }
+        if (fp8) {
+            cuda::fp8_rows pk{dcodes.p, dscales.p, tail_w ? dtail.p : nullptr};
+            st = cuda::pack_fp8_ue8m0(dx.p, rows, stride, cols, block, pk, nullptr);
+            ASSERT_TRUE(st.is_ok()) << st.to_string();
+            st = cuda::unpack_fp8_ue8m0(pk, rows, stride, cols, block, dback.p, nullptr);
+        } else {
+            cuda::fp4_rows pk{dcodes.p, dscales.p};
+            st = k == kind::FP4_UE8M0 ? cuda::pack_fp4_ue8m0(dx.p, rows, stride, block, pk, nullptr)
+                                      : cuda::pack_fp4_e4m3(dx.p, rows, stride, block, pk, nullptr);
+            ASSERT_TRUE(st.is_ok()) << st.to_string();
+            st = k == kind::FP4_UE8M0 ? cuda::unpack_fp4_ue8m0(pk, rows, stride, block, dback.p, nullptr)
+                                      : cuda::unpack_fp4_e4m3(pk, rows, stride, block, dback.p, nullptr);
+        }
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        const std::vector<float> back = dback.download();
+        const std::vector<uint8_t> codes = dcodes.download(), scales = dscales.download();
+        const std::vector<uint16_t> tail = dtail.download();
+
+        const size_t bad_rows = testing_util::bit_mismatches(back, ref, what + " unpack(pack(x)) vs cpu fake quant");
+        auto count = [&](const auto &got, const auto &want, const char *name) {
+            size_t bad = 0;
+            for (size_t i = 0; i < want.size(); i++)
+                if (got[i] != want[i] && bad++ < 5)
+                    ADD_FAILURE() << what << ": " << name << " byte " << i << " " << int(got[i]) << " vs " << int(want[i]);
+            return bad;
+        };
+        const size_t bad_codes = count(codes, want_codes, "code");
+        const size_t bad_scales = count(scales, want_scales, "scale");
+        const size_t bad_tail = count(tail, want_tail, "tail");
+        EXPECT_EQ(bad_rows + bad_codes + bad_scales + bad_tail, 0u) << what;
+        std::printf("[ info ] %s [%lld rows, %lld B/row]: mismatches rows %zu, codes %zu, scales %zu, tail %zu\n",
+                    what.c_str(), (long long)rows, (long long)expect_row_bytes, bad_rows, bad_codes, bad_scales, bad_tail);
+    }
+};
+
+TEST_F(CudaCachePack, V41WindowKvFp8) { check("V4.1 window KV fp8/32", kind::FP8, 128, 512, 512, 32, 528); }
+
+TEST_F(CudaCachePack, V41CompressedEntryFp4E4m3) {
+    check("V4.1 compressed entry fp4/e4m3/16", kind::FP4_E4M3, 96, 512, 512, 16, 288);
+}
+
+TEST_F(CudaCachePack, V41IndexKeyFp4Ue8m0) { check("V4.1 index key fp4/ue8m0/32", kind::FP4_UE8M0, 96, 128, 128, 32, 68); }
+
+TEST_F(CudaCachePack, V4WindowKvFp8WithBf16RopeTail) {
+    check("V4 window KV fp8/64 + bf16 rope", kind::FP8, 128, 512, 448, 64, 448 + 7 + 128);
+}
+
+TEST_F(CudaCachePack, V4RotatedIndexKeyFp4) {
+    check("V4 rotated index key fp4/ue8m0/32", kind::FP4_UE8M0, 96, 128, 128, 32, 68, true);
+}
+
+TEST_F(CudaCachePack, RejectsMissingTailAndMisalignedCodes) {
+    dev_vec<float> x(size_t(512));
+    dev_vec<uint8_t> codes(size_t(1024)), scales(size_t(64));
+    EXPECT_FALSE(cuda::pack_fp8_ue8m0(x.p, 1, 512, 448, 64, cuda::fp8_rows{codes.p, scales.p, nullptr}, nullptr).is_ok());
+    EXPECT_FALSE(cuda::pack_fp8_ue8m0(x.p, 1, 512, 512, 32, cuda::fp8_rows{codes.p + 1, scales.p, nullptr}, nullptr).is_ok());
+}
+
+}  // namespace

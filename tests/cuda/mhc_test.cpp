@@ -1,0 +1,133 @@
+// GPU mHC (backend/cuda/mhc) against engine/mhc.cpp (linked into this binary alone: it needs
+// only core and backend/cpu) at V4.1's shape: hc 4 streams of 5120 (flat 20480), 24 mixes,
+// Sinkhorn 20 iterations, eps 1e-6 (hc_eps) and 1e-20 (norm_eps); decode batch of 16 tokens.
+// Tolerances:
+//  - hc_project: fp64 dot products in another order, rounded once: |d| <= 1e-6 |ref| + 1e-6 *
+//    the row's max |m| (a sum that cancels to near zero keeps only absolute accuracy).
+//  - hc_split_sinkhorn: the same fp32 steps except exp (fp64 rounded vs glibc expf, <= 1 ulp
+//    apart), carried through 20 normalizations: 1e-5 relative.
+//  - hc_collapse / hc_expand, fed the CPU's mixes: bit-exact (sequential fp32, no FMA).
+// Bit mismatches are printed for all four. Outputs are poisoned with NaN (expand works in place
+// and is checked on every element).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "backend/cuda/mhc.cuh"
+#include "engine/mhc.h"
+#include "small_ops_util.h"
+
+using namespace ds41rt;
+using namespace ds41rt::backend;
+using testing_util::dev_vec;
+
+namespace {
+
+constexpr int HC = 4, N_MIX = (2 + HC) * HC, ITERS = 20;
+constexpr int64_t D = 5120, FLAT = HC * D, S = 16;
+
+struct stats {
+    double worst = 0;
+    size_t bits = 0;
+};
+
+class CudaMhc : public testing_util::CudaOps {
+protected:
+    void SetUp() override {
+        testing_util::CudaOps::SetUp();
+        if (IsSkipped()) return;
+        X = testing_util::random_normal(size_t(S * FLAT), 1);
+        fn = Tensor::f32({N_MIX, FLAT});
+        std::vector<float> w = testing_util::random_normal(size_t(N_MIX * FLAT), 2);
+        for (int64_t i = 0; i < N_MIX * FLAT; i++) fn.f()[i] = 0.01f * w[size_t(i)];
+        scale = {0.8f, 1.1f, 0.9f};
+        base = testing_util::random_normal(size_t(N_MIX), 3);
+    }
+    std::vector<float> X, scale, base;
+    Tensor fn;
+};
+
+TEST_F(CudaMhc, ProjectBothOrders) {
+    dev_vec<float> dX(X), dfn(std::vector<float>(fn.f(), fn.f() + N_MIX * FLAT)), dm(size_t(S * N_MIX));
+    for (bool fold : {true, false}) {
+        std::vector<float> ref(size_t(S * N_MIX));
+        engine::hc_project(X.data(), S, FLAT, fn, N_MIX, 1e-20f, fold, ref.data());
+        dm.poison();
+        ASSERT_TRUE(cuda::hc_project(dX.p, S, FLAT, dfn.p, N_MIX, 1e-20f, fold, dm.p, nullptr).is_ok());
+        const std::vector<float> got = dm.download();
+        stats st;
+        for (int64_t s = 0; s < S; s++) {
+            float rowmax = 0;
+            for (int j = 0; j < N_MIX; j++) rowmax = std::max(rowmax, std::fabs(ref[size_t(s * N_MIX + j)]));
+            for (int j = 0; j < N_MIX; j++) {
+                const size_t i = size_t(s * N_MIX + j);
+                ASSERT_TRUE(std::isfinite(got[i])) << "m[" << s << ", " << j << "] not written";
+                const double d = std::fabs(double(got[i]) - ref[i]);
+                st.bits += f32_bits(got[i]) != f32_bits(ref[i]);
+                EXPECT_LE(d, 1e-6 * std::fabs(ref[i]) + 1e-6 * rowmax) << "m[" << s << ", " << j << "] fold " << fold;
+                st.worst = std::max(st.worst, d / std::max(1e-30, double(std::fabs(ref[i]))));
+            }
+        }
+        std::printf("[ info ] hc_project [%lld, %lld] x %d (%s): max rel err %.3g, bit mismatches %zu of %lld\n",
+                    (long long)S, (long long)FLAT, N_MIX, fold ? "fold after" : "normalize first", st.worst, st.bits,
+                    (long long)(S * N_MIX));
+    }
+    testing_util::print_timing("hc_project [16, 20480] x 24", double(S + N_MIX) * FLAT * 4, [&] {
+        (void)cuda::hc_project(dX.p, S, FLAT, dfn.p, N_MIX, 1e-20f, true, dm.p, nullptr);
+    });
+}
+
+TEST_F(CudaMhc, SplitSinkhorn) {
+    std::vector<float> m = testing_util::random_normal(size_t(S * N_MIX), 4);
+    for (auto &v : m) v *= 3.0f;
+    const engine::hc_mixes ref = engine::hc_split_sinkhorn(m.data(), S, HC, scale.data(), base.data(), 1e-6f, ITERS);
+    dev_vec<float> dm(m), dsc(scale), db(base), pre(size_t(S * HC)), post(size_t(S * HC)), comb(size_t(S * HC * HC));
+    pre.poison();
+    post.poison();
+    comb.poison();
+    ASSERT_TRUE(cuda::hc_split_sinkhorn(dm.p, S, HC, dsc.p, db.p, 1e-6f, ITERS, pre.p, post.p, comb.p, nullptr).is_ok());
+    const std::pair<std::vector<float>, const std::vector<float> *> parts[] = {
+        {pre.download(), &ref.pre}, {post.download(), &ref.post}, {comb.download(), &ref.comb}};
+    const char *names[] = {"pre", "post", "comb"};
+    for (int p = 0; p < 3; p++) {
+        const auto &got = parts[p].first;
+        const auto &want = *parts[p].second;
+        stats st;
+        for (size_t i = 0; i < want.size(); i++) {
+            ASSERT_TRUE(std::isfinite(got[i])) << names[p] << " " << i << " not written";
+            const double d = std::fabs(double(got[i]) - want[i]);
+            st.bits += f32_bits(got[i]) != f32_bits(want[i]);
+            EXPECT_LE(d, 1e-5 * std::fabs(want[i])) << names[p] << " " << i;
+            st.worst = std::max(st.worst, d / std::fabs(double(want[i])));
+        }
+        std::printf("[ info ] hc_split_sinkhorn %s: max rel err %.3g, bit mismatches %zu of %zu\n", names[p], st.worst,
+                    st.bits, want.size());
+    }
+}
+
+TEST_F(CudaMhc, CollapseAndExpandAreBitExact) {
+    std::vector<float> m = testing_util::random_normal(size_t(S * N_MIX), 5);
+    const engine::hc_mixes mx = engine::hc_split_sinkhorn(m.data(), S, HC, scale.data(), base.data(), 1e-6f, ITERS);
+    const std::vector<float> y = testing_util::random_normal(size_t(S * D), 6);
+    for (bool rb : {false, true}) {
+        std::vector<float> xref(size_t(S * D));
+        engine::hc_collapse(X.data(), mx.pre.data(), S, HC, D, xref.data());
+        std::vector<float> Xref = X;
+        engine::hc_expand(Xref.data(), y.data(), mx, S, HC, D);
+        if (rb) {
+            for (auto &v : xref) v = round_bf16(v);
+            for (auto &v : Xref) v = round_bf16(v);
+        }
+        dev_vec<float> dX(X), dpre(mx.pre), dpost(mx.post), dcomb(mx.comb), dy(y), dx(size_t(S * D));
+        dx.poison();
+        ASSERT_TRUE(cuda::hc_collapse(dX.p, dpre.p, S, HC, D, rb, dx.p, nullptr).is_ok());
+        ASSERT_TRUE(cuda::hc_expand(dX.p, dy.p, dpost.p, dcomb.p, S, HC, D, rb, nullptr).is_ok());
+        const size_t bc = testing_util::bit_mismatches(dx.download(), xref, "hc_collapse");
+        const size_t be = testing_util::bit_mismatches(dX.download(), Xref, "hc_expand");
+        EXPECT_EQ(bc + be, 0u);
+        std::printf("[ info ] hc_collapse / hc_expand [%lld, %d, %lld]%s: mismatches %zu / %zu\n", (long long)S, HC,
+                    (long long)D, rb ? " bf16" : "", bc, be);
+    }
+}
+
+}  // namespace
