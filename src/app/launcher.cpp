@@ -66,7 +66,7 @@ public:
             if (!c.local) continue;
             child ch;
             ch.cmd = &c;
-            if (c.role != "coordinator") ch.worker = worker_index(c);
+            ch.worker = c.worker;
             children_.push_back(ch);
         }
         for (const auto &c : cmds)
@@ -82,8 +82,6 @@ public:
     int run();
 
 private:
-    static int worker_index(const dist::launch_command &c) { return std::stoi(c.role.substr(c.role.rfind(' ') + 1)); }
-
     bool probe_remote_workers();
     bool check_ports();
     bool spawn(child &c);
@@ -181,7 +179,7 @@ bool supervisor::spawn(child &c) {
 bool supervisor::probe_remote_workers() {
     bool ok = true;
     for (const dist::launch_command *r : remote_) {
-        const int w = worker_index(*r);
+        const int w = r->worker;
         Status st;
         auto ch = dist::tcp_channel::connect(r->endpoint, dist::after_ms(3000));
         if (!ch) st = ch.status();

@@ -286,7 +286,10 @@ namespace {
 std::string command_line(const launch_command &c) {
     std::string line;
     for (const auto &[k, v] : c.env) line += k + "=" + shell_quote(v) + " ";
-    for (size_t i = 0; i < c.argv.size(); i++) line += (i ? " " : "") + shell_quote(c.argv[i]);
+    for (size_t i = 0; i < c.argv.size(); i++) {
+        if (i) line += ' ';
+        line += shell_quote(c.argv[i]);
+    }
     return line;
 }
 
@@ -299,6 +302,7 @@ std::vector<launch_command> launch_commands(const deployment &d, const Plan &pla
         const WorkerSlot &w = plan.workers[i];
         launch_command c;
         c.role = "worker " + std::to_string(i);
+        c.worker = int(i);
         c.local = is_local_endpoint(w.endpoint);
         auto host = endpoint_host(w.endpoint, nullptr);
         c.host = c.local ? "local" : (host ? *host : w.endpoint);

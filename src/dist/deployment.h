@@ -34,6 +34,7 @@ Result<deployment> load_deployment(const std::string &path);
 
 struct launch_command {
     std::string role;                // "worker 0", "coordinator"
+    int worker = -1;                 // index in the plan's workers; -1 for the coordinator
     std::string host;                // where it runs ("local" for this machine)
     bool local = true;               // started by the launcher; remote ones are printed for their host
     std::string endpoint;            // what it listens on: a worker's control channel, the API's host:port

@@ -146,10 +146,14 @@ def test_launch_serves_like_one_process_and_stops_on_sigterm(model, tmp_path):
         assert rc == 0, text
         print(f"\n[launch] stopped in {(time.time() - t0) * 1000:.0f} ms; greedy text {got!r}")
         assert [k for k in kids if alive(k)] == [], text
-        # The coordinator was stopped before the workers.
-        assert text.index("coordinator") < text.rindex("stopped")
+        # Coordinator first: it shut down and its connections to both workers ended before
+        # either worker stopped.
         stop = text[text.index("stopping the deployment"):]
-        assert "worker" in stop and "stopped" in stop
+        first_worker_stop = min(stop.index("worker 0: stopped"), stop.index("worker 1: stopped"))
+        assert stop.index("serve: signal 15") < first_worker_stop, stop
+        for w in (0, 1):
+            assert stop.index(f"worker {w}: connection from") < first_worker_stop, stop
+        assert stop.rstrip().endswith("ds41rt launch: stopped"), stop
     finally:
         if proc.poll() is None:
             proc.kill()

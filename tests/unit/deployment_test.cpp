@@ -47,6 +47,8 @@ TEST(deployment, a_file_becomes_planner_input_and_commands) {
     EXPECT_EQ(cmds[2].argv.front(), "ds41rt");
     EXPECT_EQ(cmds[2].endpoint, "0.0.0.0:9000");
     EXPECT_EQ(cmds[0].endpoint, "127.0.0.1:19441");
+    EXPECT_EQ(cmds[1].worker, 1);
+    EXPECT_EQ(cmds[2].worker, -1);
 }
 
 // coordinator.args and the launcher's own extra options reach `serve`, in that order, and the
