@@ -74,10 +74,12 @@ public:
         sigemptyset(&signals_);
         sigaddset(&signals_, SIGINT);
         sigaddset(&signals_, SIGTERM);
+        sigaddset(&signals_, SIGHUP);  // the terminal went away: stop in order, as for SIGTERM
         sigaddset(&signals_, SIGCHLD);
-        sigprocmask(SIG_BLOCK, &signals_, &saved_mask_);
+        // Not restored on return: a stop signal still pending would then end the launcher with
+        // its default action instead of the exit status run() chose.
+        sigprocmask(SIG_BLOCK, &signals_, nullptr);
     }
-    ~supervisor() { sigprocmask(SIG_SETMASK, &saved_mask_, nullptr); }
 
     int run();
 
@@ -99,16 +101,16 @@ private:
     const launch_options &o_;
     std::vector<child> children_;  // local workers in rank order, then the coordinator
     std::vector<const dist::launch_command *> remote_;
-    sigset_t signals_, saved_mask_;
-    int stop_signals_ = 0;  // SIGINT / SIGTERM received
+    sigset_t signals_;
+    int stop_signals_ = 0;  // SIGINT / SIGTERM / SIGHUP received
 };
 
 int supervisor::wait_signal(int ms) {
     timespec ts{ms / 1000, long(ms % 1000) * 1000000L};
     const int sig = sigtimedwait(&signals_, nullptr, &ts);
-    if (sig == SIGINT || sig == SIGTERM) {
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
         stop_signals_++;
-        say("{} received; stopping the deployment{}", sig == SIGINT ? "SIGINT" : "SIGTERM", stop_signals_ > 1 ? " now (SIGKILL)" : "");
+        say("{} received; stopping the deployment{}", sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGHUP", stop_signals_ > 1 ? " now (SIGKILL)" : "");
     }
     return sig > 0 ? sig : 0;
 }
