@@ -64,7 +64,7 @@ void print_owner(std::string &o, const std::string &title, const dist::DeviceBud
 }
 
 std::string format_label(dist::expert_format f, int bits) {
-    return f == dist::expert_format::EXL3 ? fmt::format("exl3 K{}", bits) : dist::expert_format_name(f);
+    return f == dist::expert_format::EXL3 ? fmt::format("exl3 K{}", bits) : model::expert_quant_name(f);
 }
 
 }  // namespace
@@ -98,7 +98,7 @@ std::string plan_table(const dist::placement_input &in, const dist::placement &p
         if (tp > 1) {
             std::string ranks;
             for (int r = 0; r < tp; r++) {
-                auto s = dist::tp_slice(c.moe_inter_dim, tp, r, dist::expert_slice_align(f));
+                auto s = dist::tp_slice(c.moe_inter_dim, tp, r, dist::expert_slice_align(c, f));
                 if (!s) {
                     ranks = "   " + s.status().message();
                     break;

@@ -183,12 +183,18 @@ Result<deployment> parse_deployment(std::string_view text) {
     in.cpu_coordinator = c.boolean("cpu", false);
     const uint64_t cpu_budget = c.size("budget", 0);
     const json *gpus = c.array("gpus");
+    const json *serve_args = c.array("args");
     c.no_other_keys();
     DEPLOY_TRY(c);
     {
         auto host = endpoint_host(listen, &d.listen_port);
         if (!host) return Status::invalid_argument("deployment: coordinator.listen: " + host.status().message());
         d.listen_host = *host;
+    }
+    for (size_t i = 0; serve_args && i < serve_args->size(); i++) {
+        if (!(*serve_args)[i].is_string())
+            return Status::invalid_argument("deployment: coordinator.args[" + std::to_string(i) + "] must be a string");
+        d.serve_args.push_back((*serve_args)[i].get<std::string>());
     }
     if (in.cpu_coordinator) {
         if (gpus && !gpus->empty()) return Status::invalid_argument("deployment: coordinator.cpu is true but gpus are listed");
@@ -266,32 +272,62 @@ Result<deployment> load_deployment(const std::string &path) {
     return d;
 }
 
-std::vector<launch_command> launch_commands(const deployment &d, const Plan &plan) {
+std::string shell_quote(const std::string &word) {
+    if (!word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                                "@%_+=:,./-") == std::string::npos)
+        return word;
+    std::string q = "'";
+    for (char ch : word) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    return q + "'";
+}
+
+namespace {
+
+std::string command_line(const launch_command &c) {
+    std::string line;
+    for (const auto &[k, v] : c.env) line += k + "=" + shell_quote(v) + " ";
+    for (size_t i = 0; i < c.argv.size(); i++) {
+        if (i) line += ' ';
+        line += shell_quote(c.argv[i]);
+    }
+    return line;
+}
+
+}  // namespace
+
+std::vector<launch_command> launch_commands(const deployment &d, const Plan &plan,
+                                            const std::vector<std::string> &extra_serve_args) {
     std::vector<launch_command> out;
     for (size_t i = 0; i < plan.workers.size(); i++) {
         const WorkerSlot &w = plan.workers[i];
         launch_command c;
         c.role = "worker " + std::to_string(i);
+        c.worker = int(i);
         c.local = is_local_endpoint(w.endpoint);
         auto host = endpoint_host(w.endpoint, nullptr);
         c.host = c.local ? "local" : (host ? *host : w.endpoint);
-        c.line = d.binary + " worker --plan " + d.plan_path + " --rank " + std::to_string(i) + " --listen " + w.endpoint +
-                 " --model " + d.model_path;
+        c.endpoint = w.endpoint;
+        c.argv = {d.binary, "worker", "--plan", d.plan_path, "--rank", std::to_string(i), "--listen", w.endpoint,
+                  "--model", d.model_path};
+        c.line = command_line(c);
         out.push_back(std::move(c));
     }
     launch_command c;
     c.role = "coordinator";
     c.host = "local";
+    c.endpoint = d.listen_host + ":" + std::to_string(d.listen_port);
     std::string devices;
     for (int dev : d.gpu_devices) {
         if (!devices.empty()) devices += ",";
         devices += std::to_string(dev);
     }
-    c.line = devices.empty() ? std::string() : "CUDA_VISIBLE_DEVICES=" + devices + " ";
-    c.line += d.binary + " serve --model " +
-             d.model_path + " --plan " + d.plan_path + " --host " + d.listen_host + " --port " +
-             std::to_string(d.listen_port) + " --max-running " + std::to_string(d.input.load.concurrency) +
-             " --max-context " + std::to_string(d.input.load.context);
+    if (!devices.empty()) c.env.emplace_back("CUDA_VISIBLE_DEVICES", devices);
+    c.argv = {d.binary, "serve", "--model", d.model_path, "--plan", d.plan_path, "--host", d.listen_host, "--port",
+              std::to_string(d.listen_port), "--max-running", std::to_string(d.input.load.concurrency),
+              "--max-context", std::to_string(d.input.load.context)};
+    c.argv.insert(c.argv.end(), d.serve_args.begin(), d.serve_args.end());
+    c.argv.insert(c.argv.end(), extra_serve_args.begin(), extra_serve_args.end());
+    c.line = command_line(c);
     out.push_back(std::move(c));
     return out;
 }

@@ -1,5 +1,6 @@
 // The placement planner (rules in placement.h). Weights other than routed experts are priced
-// from the tensor catalog in the official storage; routed experts from dist/expert_bytes.
+// from the tensor catalog in the official storage; routed experts per format and TP slice from
+// dist/expert_bytes (which asks the catalog too).
 #include "dist/placement.h"
 
 #include <algorithm>
@@ -258,7 +259,7 @@ Result<placement> place(const placement_input &in) {
     // ---- the plan: coordinator owners ----
     Plan &p = out.plan;
     p.model_type = model::arch_name(c.model_arch);
-    p.format = expert_format_name(in.format);
+    p.format = model::expert_quant_name(in.format);
     p.num_layers = n;
     for (int g = 0; g < G; g++) {
         DeviceBudget d;
@@ -284,7 +285,7 @@ Result<placement> place(const placement_input &in) {
             for (int r = 0; r < tp; r++) lp.ranks.push_back(k * tp + r);
             p.layers.push_back(std::move(lp));
         }
-    const int align = expert_slice_align(in.format);
+    const int align = expert_slice_align(c, in.format);
     std::string short_workers;
     for (int i = 0; i < W; i++) {
         const worker_spec &ws = in.workers[size_t(i)];
@@ -294,7 +295,7 @@ Result<placement> place(const placement_input &in) {
         Result<Slice> s = tp_slice(c.moe_inter_dim, tp, r, align);
         if (!s)
             return Status::invalid_argument("plan: the experts' intermediate dimension (" + std::to_string(c.moe_inter_dim) +
-                                            " channels, " + expert_format_name(in.format) + " blocks of " +
+                                            " channels, " + model::expert_quant_name(in.format) + " blocks of " +
                                             std::to_string(align) + ") cannot be split over TP" + std::to_string(tp) +
                                             ": " + s.status().message());
         share.slice = *s;
@@ -351,33 +352,23 @@ Result<placement> place(const placement_input &in) {
 
 // ---- model sources ----
 
-namespace {
-
-// Quantized releases keep every non-expert tensor in the official storage; their configs say so
-// in their own words (EXL3: non_routed_quantization), so price them as the official release.
-void as_official_storage(model::model_config &c) {
-    c.quant_method = "fp8";
-    c.expert_dtype = "fp4";
-}
-
-}  // namespace
-
 Result<model_source> load_model_source(const std::string &dir) {
     const std::string path = dir + "/config.json";
     std::ifstream f(path, std::ios::binary);
     if (!f) return Status::not_found(path + ": cannot open");
     std::stringstream ss;
     ss << f.rdbuf();
-    model_source src;
     Result<model::model_config> c = model::parse_config(ss.str());
     if (!c) return Status(c.status().code(), path + ": " + c.status().message());
     Status st = model::validate(*c);
     if (!st) return Status(st.code(), path + ": " + st.message());
-    Result<expert_format> fmt = detect_expert_format(ss.str(), &src.exl3_bits);
-    if (!fmt) return Status(fmt.status().code(), path + ": " + fmt.status().message());
+    // The model room read the quantization_config (model/quant_config): it refuses publications we
+    // do not run, and both quantized releases keep the non-expert tensors in the official storage,
+    // which is how the catalog then prices them.
+    model_source src;
     src.config = *c;
-    src.format = *fmt;
-    if (src.format != expert_format::OFFICIAL) as_official_storage(src.config);
+    src.format = c->routed_quant;
+    if (c->routed_quant == model::expert_quant::EXL3) src.exl3_bits = c->exl3_bits;
     return src;
 }
 

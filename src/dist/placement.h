@@ -90,9 +90,9 @@ constexpr uint64_t DEFAULT_GPU_BUDGET = H200_DEVICE_BYTES - DEFAULT_RESERVE_BYTE
 // whose message starts "infeasible:" and names every owner that does not fit with its shortfall.
 Result<placement> place(const placement_input &in);
 
-// Reads a checkpoint's config.json for planning: the shapes and, when format is not forced,
-// the expert format of its quantization_config. Quantized releases keep every non-expert tensor
-// in the official storage (quant-formats.md 0), so the returned config prices them that way.
+// Reads a checkpoint's config.json for planning (model::parse_config): the shapes and the
+// routed-expert publication its quantization_config describes, with EXL3's K. Quantized releases
+// keep every non-expert tensor in the official storage (quant-formats.md 0).
 struct model_source {
     model::model_config config;
     expert_format format = expert_format::OFFICIAL;

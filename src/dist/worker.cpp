@@ -6,6 +6,7 @@
 #include <mutex>
 #include <thread>
 
+#include "dist/expert_bytes.h"
 #include "model/weights.h"
 
 namespace ds41rt::dist {
@@ -45,13 +46,6 @@ std::string layer_list(const std::vector<int> &ls) {
 
 }  // namespace
 
-Result<int> slice_align(const std::string &format) {
-    if (format == "official") return 32;  // MXFP4 blocks of 32 along the intermediate dim of w2
-    if (format == "nvfp4") return 16;
-    if (format == "exl3") return 128;     // Hadamard blocks
-    return Status::invalid_argument("plan: format '" + format + "' has no known slice alignment");
-}
-
 Result<std::unique_ptr<expert_worker>> expert_worker::load(const std::string &model_dir, const Plan &plan, int rank) {
     DS41RT_RETURN_IF_ERROR(validate(plan));
     if (rank < 0 || rank >= int(plan.workers.size()))
@@ -72,8 +66,10 @@ Result<std::unique_ptr<expert_worker>> expert_worker::load(const std::string &mo
     if (plan.num_layers != c.n_layers)
         return Status::invalid_argument("worker: the plan has " + std::to_string(plan.num_layers) + " layers, the model " +
                                         std::to_string(c.n_layers));
-    auto align = slice_align(plan.format);
-    if (!align) return align.status();
+    // The planner cut the slices on the plan's format's blocks; cut the same way.
+    auto format = parse_expert_format(plan.format);
+    if (!format) return Status::invalid_argument("worker: plan: " + format.status().message());
+    const int align = expert_slice_align(c, *format);
     for (const LayerPlacement &lp : plan.layers) {
         if (!lp.remote) continue;
         auto it = std::find(lp.ranks.begin(), lp.ranks.end(), rank);
@@ -81,7 +77,7 @@ Result<std::unique_ptr<expert_worker>> expert_worker::load(const std::string &mo
         layer_slice ls;
         ls.tp = lp.tp();
         ls.tp_rank = int(it - lp.ranks.begin());
-        auto sl = tp_slice(c.moe_inter_dim, ls.tp, ls.tp_rank, *align);
+        auto sl = tp_slice(c.moe_inter_dim, ls.tp, ls.tp_rank, align);
         if (!sl) return Status(sl.status().code(), "worker: layer " + std::to_string(lp.layer) + ": " + sl.status().message());
         ls.slice = *sl;
         ls.experts.resize(size_t(c.n_routed_experts));

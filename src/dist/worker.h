@@ -29,9 +29,6 @@
 
 namespace ds41rt::dist {
 
-// The channel alignment of a checkpoint format's expert slices (the quant spec's block sizes).
-Result<int> slice_align(const std::string &format);
-
 class expert_worker {
 public:
     // Loads config.json and, for every layer the plan places on worker `rank`, that rank's slice

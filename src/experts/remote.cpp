@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "dist/hello.h"
+
 namespace ds41rt::experts {
 
 using namespace dist;
@@ -21,20 +23,7 @@ Status remote_experts::ensure_connected(int w, deadline d) {
     const deadline cd = std::min(d, after_ms(layout_.connect_timeout_ms));
     auto ch = tcp_channel::connect(ep, cd);
     if (!ch) return ch.status();
-    DS41RT_RETURN_IF_ERROR((*ch)->send(encode_hello(frame_kind::HELLO, layout_.placement_version, 0), d));
-    auto reply = (*ch)->recv(d);
-    if (!reply) return reply.status();
-    auto h = decode_frame(*reply);
-    if (!h) return h.status();
-    if (h->kind == frame_kind::ERROR) return decode_error(*reply);
-    if (h->kind != frame_kind::HELLO_REPLY)
-        return Status::corruption(std::string("handshake answered with ") + frame_kind_name(h->kind));
-    if (h->placement_version != layout_.placement_version)
-        return Status::unavailable("the worker runs placement version " + std::to_string(h->placement_version) +
-                                   ", the coordinator " + std::to_string(layout_.placement_version) +
-                                   " (started from another plan.json?)");
-    if (h->executor != uint32_t(w))
-        return Status::unavailable("the worker at " + ep + " says it is worker " + std::to_string(h->executor));
+    DS41RT_RETURN_IF_ERROR(hello(**ch, layout_.placement_version, uint32_t(w), d));
     spdlog::info("experts: {} worker {} at {}", p.ever_connected ? "reconnected to" : "connected to", w, ep);
     p.ever_connected = true;
     p.ch = std::move(ch.value());

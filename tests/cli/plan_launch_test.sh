@@ -33,8 +33,18 @@ check dry_run_serve 0 $rc "$TMP/out" '^  \[coordinator local\] ds41rt serve --mo
 check dry_run_nothing 0 $rc "$TMP/out" '^dry run: nothing started$'
 [ -e build/loopback-plan.json ] && { echo "FAIL dry run wrote build/loopback-plan.json"; fails=$((fails + 1)); }
 
-"$BIN" launch --config docs/deploy/loopback-cpu.json >"$TMP/out" 2>&1; rc=$?
-check launch_not_yet 3 $rc "$TMP/out" 'starting processes is not supported yet'
+# A real launch whose worker 1 is on another host (127.0.0.2 is not this machine's loopback name)
+# and not running: refused before anything starts, naming it and the command to run there. (The
+# launch that starts processes is tests/e2e/test_launch.py.)
+printf '{"model": {"type": "deepseek_v41"}, "coordinator": {"cpu": true, "listen": "127.0.0.1:1"},
+  "workers": [{"endpoint": "127.0.0.1:2", "device": "cpu"}, {"endpoint": "127.0.0.2:3", "device": "cpu"}],
+  "local_layers": 38, "plan": "%s/remote-plan.json"}' "$TMP" >"$TMP/remote.json"
+"$BIN" launch --config "$TMP/remote.json" >"$TMP/out" 2>&1; rc=$?
+check remote_worker_down 1 $rc "$TMP/out" 'worker 1 at 127.0.0.2:3 is on another host .*the launcher cannot start it'
+check remote_worker_command 1 $rc "$TMP/out" '^    ds41rt worker --plan .*/remote-plan.json --rank 1 --listen 127.0.0.2:3'
+check remote_nothing_started 1 $rc "$TMP/out" 'probing it failed'
+grep -q "started worker" "$TMP/out" && { echo "FAIL remote: a process was started"; fails=$((fails + 1)); }
+[ -e "$TMP/remote-plan.json" ] || { echo "FAIL remote: the plan was not written"; fails=$((fails + 1)); }
 
 printf '{"model": {"type": "deepseek_v41"}, "coordinator": {"gpus": [{"device": 0}]}, "worker": []}' >"$TMP/bad.json"
 "$BIN" launch --config "$TMP/bad.json" --dry-run >"$TMP/out" 2>&1; rc=$?

@@ -43,6 +43,34 @@ TEST(deployment, a_file_becomes_planner_input_and_commands) {
     EXPECT_EQ(cmds[2].role, "coordinator");
     EXPECT_EQ(cmds[2].line, "CUDA_VISIBLE_DEVICES=2 ds41rt serve --model /nowhere/DeepSeek-V4.1-Flash --plan p.json "
                             "--host 0.0.0.0 --port 9000 --max-running 4 --max-context 65536");
+    EXPECT_EQ(cmds[2].env, (std::vector<std::pair<std::string, std::string>>{{"CUDA_VISIBLE_DEVICES", "2"}}));
+    EXPECT_EQ(cmds[2].argv.front(), "ds41rt");
+    EXPECT_EQ(cmds[2].endpoint, "0.0.0.0:9000");
+    EXPECT_EQ(cmds[0].endpoint, "127.0.0.1:19441");
+    EXPECT_EQ(cmds[1].worker, 1);
+    EXPECT_EQ(cmds[2].worker, -1);
+}
+
+// coordinator.args and the launcher's own extra options reach `serve`, in that order, and the
+// printed line quotes what a shell would split.
+TEST(deployment, serve_options_are_passed_and_quoted) {
+    auto d = parse_deployment(R"({"model": {"type": "deepseek_v41"},
+        "coordinator": {"listen": "127.0.0.1:8000", "cpu": true, "args": ["--tokenizer", "/a b/tok.json"]},
+        "workers": [{"endpoint": "127.0.0.1:19441", "device": "cpu"}], "plan": "p.json"})");
+    ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+    auto p = place(d->input);
+    ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+    auto cmds = launch_commands(*d, p->plan, {"--api-key", "it's"});
+    const auto &argv = cmds.back().argv;
+    ASSERT_GE(argv.size(), 4u);
+    EXPECT_EQ(std::vector<std::string>(argv.end() - 4, argv.end()),
+              (std::vector<std::string>{"--tokenizer", "/a b/tok.json", "--api-key", "it's"}));
+    EXPECT_TRUE(cmds.back().env.empty());  // the CPU backend: no CUDA_VISIBLE_DEVICES
+    const std::string &line = cmds.back().line;
+    EXPECT_EQ(line.substr(line.size() - 47), "--tokenizer '/a b/tok.json' --api-key 'it'\\''s'");
+    auto bad = parse_deployment(R"({"model": {"type": "deepseek_v41"}, "coordinator": {"cpu": true, "args": [1]}})");
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_NE(bad.status().message().find("coordinator.args[0] must be a string"), std::string::npos);
 }
 
 TEST(deployment, bad_files_name_the_field) {

@@ -6,7 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <regex>
+
+#include <nlohmann/json.hpp>
 
 #include "dist/byte_size.h"
 #include "dist/placement.h"
@@ -54,12 +58,17 @@ TEST(placement_bytes, official_formula_equals_the_catalog) {
     }
 }
 
+// One expert of a layer: its three projections (the specs give per-projection figures).
+model::model_config one_expert(model::model_config c) {
+    c.n_routed_experts = 1;
+    return c;
+}
+
 // quant-formats.md 1.14: 6,635,528 B per projection, 7,644,128,256 B per layer, 305.8 GB
 // (284.8 GiB) for the 40 layers.
 TEST(placement_bytes, nvfp4_matches_the_quant_spec) {
     const auto c = v41();
-    EXPECT_EQ(*projection_bytes(expert_format::NVFP4, 2304, 5120, 0), 6635528ull);
-    EXPECT_EQ(*projection_bytes(expert_format::NVFP4, 5120, 2304, 0), 6635528ull);
+    EXPECT_EQ(slice(expert_format::NVFP4, one_expert(c), 2304), 3 * 6635528ull);  // w1, w3 [2304, 5120], w2 [5120, 2304]
     EXPECT_EQ(slice(expert_format::NVFP4, c, 2304), 7644128256ull);
     EXPECT_EQ(std::llround(40.0 * double(slice(expert_format::NVFP4, c, 2304)) / 1e8), 3058);          // 305.8 GB
     EXPECT_EQ(std::llround(40.0 * double(slice(expert_format::NVFP4, c, 2304)) / double(GiB) * 10), 2848);  // 284.8 GiB
@@ -69,31 +78,67 @@ TEST(placement_bytes, nvfp4_matches_the_quant_spec) {
 // layer 3,414,495,744; 40 layers 127.2 GiB, K=3 190.5 GiB, K=4 253.8 GiB.
 TEST(placement_bytes, exl3_matches_the_quant_spec) {
     const auto c = v41();
-    EXPECT_EQ(*projection_bytes(expert_format::EXL3, 2304, 5120, 2), 2949120ull + 14848 + 4);
-    EXPECT_EQ(3 * *projection_bytes(expert_format::EXL3, 2304, 5120, 2), 8891916ull);
+    EXPECT_EQ(slice(expert_format::EXL3, one_expert(c), 2304, 2), 3 * (2949120ull + 14848 + 4));
+    EXPECT_EQ(slice(expert_format::EXL3, one_expert(c), 2304, 2), 8891916ull);
     EXPECT_EQ(slice(expert_format::EXL3, c, 2304, 2), 3414495744ull);
     EXPECT_EQ(std::llround(40.0 * double(slice(expert_format::EXL3, c, 2304, 2)) / double(GiB) * 10), 1272);
     EXPECT_EQ(std::llround(40.0 * double(slice(expert_format::EXL3, c, 2304, 3)) / double(GiB) * 10), 1905);
     EXPECT_EQ(std::llround(40.0 * double(slice(expert_format::EXL3, c, 2304, 4)) / double(GiB) * 10), 2538);
 }
 
-TEST(placement_bytes, formats_refuse_shapes_that_break_their_blocks) {
-    EXPECT_FALSE(projection_bytes(expert_format::EXL3, 576, 5120, 2).is_ok());  // TP4 576 is not 128-aligned
-    EXPECT_FALSE(projection_bytes(expert_format::NVFP4, 5120, 24, 0).is_ok());
-    EXPECT_FALSE(projection_bytes(expert_format::OFFICIAL, 5120, 48, 0).is_ok());
-    EXPECT_FALSE(projection_bytes(expert_format::EXL3, 2304, 5120, 9).is_ok());
+// The planner prices a slice with the model room's function: the full width is exactly
+// model::expert_layer_bytes of that format (one source of storage bytes).
+TEST(placement_bytes, full_width_is_the_model_rooms_figure) {
+    auto c = v41();
+    c.exl3_bits = 3;
+    EXPECT_EQ(slice(expert_format::OFFICIAL, c, 2304), model::expert_layer_bytes(c, model::storage_format::MXFP4));
+    EXPECT_EQ(slice(expert_format::NVFP4, c, 2304), model::expert_layer_bytes(c, model::storage_format::NVFP4));
+    EXPECT_EQ(slice(expert_format::EXL3, c, 2304, 3), model::expert_layer_bytes(c, model::storage_format::EXL3));
+    EXPECT_EQ(expert_slice_align(c, expert_format::OFFICIAL), 32);
+    EXPECT_EQ(expert_slice_align(c, expert_format::NVFP4), 16);
+    EXPECT_EQ(expert_slice_align(c, expert_format::EXL3), 128);
 }
 
-TEST(placement_bytes, format_detection_reads_the_quantization_config) {
-    int bits = 0;
-    // quant-formats.md 1.2 (nvidia NVFP4 snapshot) and 2.2 (diffbot EXL3 snapshot).
-    EXPECT_EQ(*detect_expert_format(R"({"quantization_config": {"quant_method": "fp8", "moe_quant_algo": "NVFP4",
-              "expert_dtype": "fp4", "weight_block_size": [32, 32]}})", &bits), expert_format::NVFP4);
-    EXPECT_EQ(*detect_expert_format(R"({"quantization_config": {"quant_method": "exl3", "bits": 3, "codebook": "mcg",
-              "weight_block_size": [32, 32]}})", &bits), expert_format::EXL3);
-    EXPECT_EQ(bits, 3);
-    EXPECT_EQ(*detect_expert_format(model::flash_config_json(model::arch::V41), &bits), expert_format::OFFICIAL);
-    EXPECT_FALSE(detect_expert_format("[1]", &bits).is_ok());
+TEST(placement_bytes, formats_refuse_slices_that_break_their_blocks) {
+    const auto c = v41();
+    EXPECT_FALSE(layer_slice_bytes(expert_format::EXL3, c, 576, 2).is_ok());  // TP4 576 is not 128-aligned
+    EXPECT_FALSE(layer_slice_bytes(expert_format::NVFP4, c, 24, 0).is_ok());
+    EXPECT_FALSE(layer_slice_bytes(expert_format::OFFICIAL, c, 48, 0).is_ok());
+    EXPECT_FALSE(layer_slice_bytes(expert_format::EXL3, c, 2304, 9).is_ok());
+    EXPECT_FALSE(layer_slice_bytes(expert_format::OFFICIAL, c, 2336, 0).is_ok());  // wider than the layer
+}
+
+// The publication comes from the model room's reading of config.json (model/quant_config);
+// quant-formats.md 1.2 (nvidia NVFP4 snapshot) and 2.2 (diffbot EXL3 snapshot).
+TEST(placement_bytes, model_source_takes_the_format_from_the_config) {
+    const std::string dir = ::testing::TempDir() + "/placement_model_source";
+    std::filesystem::create_directories(dir);
+    const nlohmann::json official = nlohmann::json::parse(model::flash_config_json(model::arch::V41));
+    auto write = [&](const nlohmann::json &qc) {
+        nlohmann::json j = official;
+        j["quantization_config"] = qc;
+        std::ofstream(dir + "/config.json") << j.dump();
+        return load_model_source(dir);
+    };
+    const nlohmann::json off_qc = official.at("quantization_config");
+    nlohmann::json nv_qc = off_qc;
+    nv_qc["moe_quant_algo"] = "NVFP4";
+    nlohmann::json backbone = off_qc;
+    backbone["quant_method"] = "deepseek_v4_fp8";
+    const nlohmann::json ex_qc = {{"quant_method", "exl3"}, {"bits", 3}, {"codebook", "mcg"}, {"mtp_experts", "source"},
+                                  {"non_routed_quantization", backbone}};
+    auto nv = write(nv_qc);
+    ASSERT_TRUE(nv.is_ok()) << nv.status().to_string();
+    EXPECT_EQ(nv->format, expert_format::NVFP4);
+    auto ex = write(ex_qc);
+    ASSERT_TRUE(ex.is_ok()) << ex.status().to_string();
+    EXPECT_EQ(ex->format, expert_format::EXL3);
+    EXPECT_EQ(ex->exl3_bits, 3);
+    EXPECT_EQ(ex->config.quant_method, "fp8");  // non-expert tensors priced in the official storage
+    auto off = write(off_qc);
+    ASSERT_TRUE(off.is_ok()) << off.status().to_string();
+    EXPECT_EQ(off->format, expert_format::OFFICIAL);
+    EXPECT_FALSE(write({{"quant_method", "modelopt"}}).is_ok());  // a publication we do not run
 }
 
 // ---- state and weight charges ---------------------------------------------------------------
@@ -213,11 +258,11 @@ int local_layers(const placement &p) {
 TEST(placement_layouts, one_h200_with_two_workers) {
     for (auto f : {expert_format::OFFICIAL, expert_format::NVFP4, expert_format::EXL3}) {
         auto p = place(h200s(1, 2, f));
-        ASSERT_TRUE(p.is_ok()) << expert_format_name(f) << ": " << p.status().to_string();
+        ASSERT_TRUE(p.is_ok()) << model::expert_quant_name(f) << ": " << p.status().to_string();
         expect_complete(*p, 1);
         // The GPU's free space is smaller than one more layer: nothing is left unused.
         const auto &g = p->plan.coordinator[0];
-        EXPECT_LT(g.budget_bytes - g.charged(), p->full_layer_bytes) << expert_format_name(f);
+        EXPECT_LT(g.budget_bytes - g.charged(), p->full_layer_bytes) << model::expert_quant_name(f);
         for (const auto &r : p->ranks) EXPECT_EQ(r.slice.width(), 1152);
     }
     auto official = place(h200s(1, 2, expert_format::OFFICIAL));
@@ -228,7 +273,7 @@ TEST(placement_layouts, two_h200_with_two_workers_fill_bottom_up) {
     for (auto f : {expert_format::OFFICIAL, expert_format::NVFP4, expert_format::EXL3}) {
         auto one = place(h200s(1, 2, f));
         auto two = place(h200s(2, 2, f));
-        ASSERT_TRUE(two.is_ok()) << expert_format_name(f) << ": " << two.status().to_string();
+        ASSERT_TRUE(two.is_ok()) << model::expert_quant_name(f) << ": " << two.status().to_string();
         expect_complete(*two, local_layers(*one) + 1);
         int last_device = 0;
         for (const auto &l : two->plan.layers) {
@@ -265,7 +310,7 @@ double shortfall_gib(const std::string &msg);
 TEST(placement_layouts, compact_32gib_gpu_with_two_workers) {
     for (auto f : {expert_format::OFFICIAL, expert_format::EXL3}) {
         auto p = place(compact(f, DEFAULT_GPU_BUDGET));
-        ASSERT_TRUE(p.is_ok()) << expert_format_name(f) << ": " << p.status().to_string();
+        ASSERT_TRUE(p.is_ok()) << model::expert_quant_name(f) << ": " << p.status().to_string();
         expect_complete(*p, 1);
         EXPECT_LE(p->plan.coordinator[0].charged(), 32 * GiB);
     }
@@ -307,7 +352,7 @@ TEST(placement_layouts, two_gpus_without_workers) {
     // drafter (7.93 GB) and the rest of the weights exceed the budgets by.
     for (auto f : {expert_format::OFFICIAL, expert_format::NVFP4}) {
         auto p = place(h200s(2, 0, f));
-        ASSERT_FALSE(p.is_ok()) << expert_format_name(f);
+        ASSERT_FALSE(p.is_ok()) << model::expert_quant_name(f);
         const std::string msg = p.status().message();
         EXPECT_EQ(msg.rfind("infeasible:", 0), 0u) << msg;
         EXPECT_NE(msg.find("there are no workers"), std::string::npos) << msg;
