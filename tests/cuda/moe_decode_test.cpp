@@ -214,6 +214,7 @@ protected:
     // Per-row relative error against the CPU; returns the largest.
     double check(const run_result &r, int B, double tol, const std::string &what) {
         double worst = 0;
+        if (r.out.size() != size_t(B) * D) return 1;  // the step already failed
         for (int b = 0; b < B; b++) {
             for (int d = 0; d < D; d++)
                 if (!std::isfinite(r.out[size_t(b) * D + d])) {
@@ -399,15 +400,21 @@ TEST_F(CudaMoeDecode, layer_decode_timing_informational) {
                 routings.push_back(routes);
                 plans.push_back(std::move(plan.value()));
             }
-            dev_buf ws(ws_bytes);
-            cudaMemset(ws.p, 0, ws_bytes);
+            // One workspace per step in the graph (each plan's counters where its layout puts
+            // them); the eager loop reuses one and zeroes it per step, as a live decode would.
+            std::vector<std::unique_ptr<dev_buf>> ws;
+            for (int st = 0; st < STEPS; st++) {
+                ws.push_back(std::make_unique<dev_buf>(ws_bytes));
+                cudaMemset(ws.back()->p, 0, ws_bytes);
+            }
             cudaStream_t stream;
             cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
             cudaEvent_t e0, e1;
             cudaEventCreate(&e0), cudaEventCreate(&e1);
             // Graph: the steps' launches captured once (a step's GPU time, no host in the loop).
             ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-            for (const auto &p : plans) ASSERT_TRUE(cuda::run_moe_decode(p, ws.p, stream).is_ok());
+            for (int st = 0; st < STEPS; st++)
+                ASSERT_TRUE(cuda::run_moe_decode(plans[size_t(st)], ws[size_t(st)]->p, stream).is_ok());
             cudaGraph_t graph;
             cudaGraphExec_t exec;
             ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
@@ -429,7 +436,8 @@ TEST_F(CudaMoeDecode, layer_decode_timing_informational) {
                     auto plan = cuda::plan_moe_decode(dev_, layer, buf, dx.as<float>(), dout.as<float>(),
                                                       routings[size_t(st)], B, K);
                     ASSERT_TRUE(plan.is_ok());
-                    ASSERT_TRUE(cuda::run_moe_decode(plan.value(), ws.p, stream).is_ok());
+                    ASSERT_TRUE(cuda::reset_moe_workspace(plan.value(), ws[0]->p, stream).is_ok());
+                    ASSERT_TRUE(cuda::run_moe_decode(plan.value(), ws[0]->p, stream).is_ok());
                 }
                 cudaEventRecord(e1, stream);
                 cudaEventSynchronize(e1);

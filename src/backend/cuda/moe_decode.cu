@@ -200,7 +200,10 @@ Result<moe_decode_plan> plan_moe_decode(const device_info &dev, const moe_layer 
     if (!pd) return pd.status();
     plan.up = std::move(pu.value());
     plan.down = std::move(pd.value());
-    plan.workspace_bytes = std::max<size_t>({plan.up.workspace_bytes, plan.down.workspace_bytes, 1});
+    // Separate regions: each GEMV plan's split-K counters must find zeros where its own layout
+    // puts them, and the other plan's partials would land there in a shared region.
+    plan.down_offset = align256(plan.up.workspace_bytes);
+    plan.workspace_bytes = plan.down_offset + std::max<size_t>(plan.down.workspace_bytes, 1);
     return plan;
 }
 
@@ -224,13 +227,18 @@ Status run_moe_decode(const moe_decode_plan &plan, void *workspace, cudaStream_t
     else
         swiglu_kernel<false><<<grid, 256, 0, stream>>>(p, plan.buf.gate, plan.buf.up, plan.buf.h, plan.swiglu_limit, before);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    DS41RT_RETURN_IF_ERROR(run_gemv(plan.down, workspace, stream));
+    DS41RT_RETURN_IF_ERROR(run_gemv(plan.down, static_cast<char *>(workspace) + plan.down_offset, stream));
     const dim3 cgrid(unsigned((plan.D + 255) / 256), unsigned(plan.B));
     if (official)
         combine_kernel<true><<<cgrid, 256, 0, stream>>>(p, plan.buf.ye, plan.out, plan.weight_after_w2);
     else
         combine_kernel<false><<<cgrid, 256, 0, stream>>>(p, plan.buf.ye, plan.out, plan.weight_after_w2);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return Status::ok();
+}
+
+Status reset_moe_workspace(const moe_decode_plan &plan, void *workspace, cudaStream_t stream) {
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(workspace, 0, plan.workspace_bytes, stream));
     return Status::ok();
 }
 

@@ -73,7 +73,8 @@ struct moe_decode_plan {
     float *out = nullptr;
     moe_buffers buf;
     gemv_plan up, down;            // w1 + w3 of every selected expert; w2 of every selected expert
-    size_t workspace_bytes = 0;    // one GEMV workspace serves both (they run in turn)
+    size_t workspace_bytes = 0;    // the two GEMV workspaces, up's first
+    size_t down_offset = 0;
     std::vector<int> slot_row;     // [R] token row of each slot (slots sorted by expert, then row)
     std::vector<uint32_t> slot_expert;
     std::vector<float> slot_weight;
@@ -87,7 +88,11 @@ Result<moe_decode_plan> plan_moe_decode(const device_info &dev, const moe_layer 
                                         const float *x, float *out, const std::vector<moe_route> &routes, int B,
                                         int K);
 
-// workspace: plan.workspace_bytes of device memory, zeroed once when allocated (see run_gemv).
+// workspace: plan.workspace_bytes of device memory, zeroed before the plan's first run. Replays
+// of the same plan need no zeroing (the GEMV leaves its split-K counters at zero), but the
+// counters sit where the plan's layout puts them: a workspace last used by another plan must be
+// zeroed again first (reset_moe_workspace, one memset on the stream).
 Status run_moe_decode(const moe_decode_plan &plan, void *workspace, cudaStream_t stream);
+Status reset_moe_workspace(const moe_decode_plan &plan, void *workspace, cudaStream_t stream);
 
 }  // namespace ds41rt::backend::cuda
