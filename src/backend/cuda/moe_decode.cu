@@ -1,8 +1,12 @@
 // Routed-expert decode for one MoE layer: gather -> GEMV(w1, w3 of every selected expert) ->
 // clamped SwiGLU -> GEMV(w2) -> combine. Reference: backend/cpu routed_expert_sum.
 //
-// Cost at V4.1, per selected expert: MXFP4 w1 + w3 + w2 with their E8M0 scales, 18.8 MB, read
-// once for all of its rows; 2 * 3 * 2304 * 5120 = 70.8 MFLOP per route. B = 1 selects 6 experts
+// Shapes: x, out [B, D] fp32 row-major; per step R = B x K slot rows of gathered x [R, D], gate,
+// up, h [R, I] and expert outputs [R, D] (moe_buffers); weights MXFP4 as gemv_matrix.
+//
+// Cost at V4.1 decode (no prefill shape: prefill runs grouped GEMMs), per selected expert: MXFP4
+// w1 + w3 + w2 with their E8M0 scales, 18.8 MB, read once for all of its rows; 2 * 3 * 2304 *
+// 5120 = 70.8 MFLOP per route, ~4 FLOP per weight byte: HBM-bound. B = 1 selects 6 experts
 // (113 MB, ~27 us at the H200's ~4.2 TB/s copy rate); B = 16 with uniform routing selects ~85 of
 // 384 (~1.6 GB, ~0.38 ms). The three small kernels move R x (2 D + 3 I + D) x 4 bytes (R = B x
 // K routes: 1.4 MB at R = 96), under 1% of the weight bytes; their cost is launch latency.
@@ -27,7 +31,11 @@
 // parameters too (about 1.6 KB), so one step is a pure sequence of launches.
 //
 // Invariants: B <= 16, R <= 128, D and I multiples of 32, x 16-byte aligned, out != x.
-// Graph-capturable: yes, for the routing the plan was built with.
+// Graph-capturable: yes, for the routing the plan was built with (STYLE 17 wants routing read
+// from device memory; see above for why this first version cannot, and the header for what a
+// graph needs). Reduction order fixed (expert id), so results are deterministic.
+// Launches per step: gather, the GEMV's x preparation and ceil(2U / 24) launches for w1 + w3,
+// SwiGLU, x preparation and ceil(U / 24) launches for w2, combine (U selected experts).
 // Test: tests/cuda/moe_decode_test.cpp (reference numerics: relative error per row <= 1e-5;
 // official numerics: see the test for the bound and why).
 #include "backend/cuda/moe_decode.cuh"
@@ -55,8 +63,9 @@ struct routing_params {
 __device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
 // xg[s] = x[slot_row[s]]: the rows of each expert side by side for its GEMV matrix.
-__global__ void gather_kernel(const __grid_constant__ routing_params p, const float *__restrict__ x,
-                              float *__restrict__ xg) {
+__global__ void moe_decode_gather_kernel(const __grid_constant__ routing_params p,
+                                         const float *__restrict__ x,  // [B, D]
+                                         float *__restrict__ xg) {     // [R, D]
     const int s = blockIdx.x;
     const float4 *src = reinterpret_cast<const float4 *>(x + size_t(p.slot_row[s]) * p.D);
     float4 *dst = reinterpret_cast<float4 *>(xg + size_t(s) * p.D);
@@ -64,8 +73,11 @@ __global__ void gather_kernel(const __grid_constant__ routing_params p, const fl
 }
 
 template <bool OFFICIAL>
-__global__ void swiglu_kernel(const __grid_constant__ routing_params p, const float *__restrict__ gate,
-                              const float *__restrict__ up, float *__restrict__ h, float limit, bool weight_before) {
+__global__ void moe_decode_swiglu_kernel(const __grid_constant__ routing_params p,
+                                         const float *__restrict__ gate,  // [R, I] w1 x, fp32
+                                         const float *__restrict__ up,    // [R, I] w3 x, fp32
+                                         float *__restrict__ h,           // [R, I] w2's input
+                                         float limit, bool weight_before) {
     const size_t n = size_t(p.R) * p.I;
     for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
         float g = gate[i], u = up[i];
@@ -81,8 +93,10 @@ __global__ void swiglu_kernel(const __grid_constant__ routing_params p, const fl
 }
 
 template <bool OFFICIAL>
-__global__ void combine_kernel(const __grid_constant__ routing_params p, const float *__restrict__ ye,
-                               float *__restrict__ out, bool weight_after) {
+__global__ void moe_decode_combine_kernel(const __grid_constant__ routing_params p,
+                                          const float *__restrict__ ye,  // [R, D] w2 h, fp32
+                                          float *__restrict__ out,       // [B, D]
+                                          bool weight_after) {
     const int b = blockIdx.y, d = blockIdx.x * blockDim.x + threadIdx.x;
     if (d >= p.D) return;
     float acc = 0.0f;
@@ -216,23 +230,23 @@ Status run_moe_decode(const moe_decode_plan &plan, void *workspace, cudaStream_t
     std::copy(plan.row_slot.begin(), plan.row_slot.end(), p.row_slot);
     const bool official = plan.act_block != 0;
 
-    gather_kernel<<<plan.R, 256, 0, stream>>>(p, plan.x, plan.buf.xg);
+    moe_decode_gather_kernel<<<plan.R, 256, 0, stream>>>(p, plan.x, plan.buf.xg);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     DS41RT_RETURN_IF_ERROR(run_gemv(plan.up, workspace, stream));
     const size_t n = size_t(plan.R) * plan.I;
     const unsigned grid = unsigned(std::min<size_t>((n + 255) / 256, 4096));
     const bool before = !plan.weight_after_w2;
     if (official)
-        swiglu_kernel<true><<<grid, 256, 0, stream>>>(p, plan.buf.gate, plan.buf.up, plan.buf.h, plan.swiglu_limit, before);
+        moe_decode_swiglu_kernel<true><<<grid, 256, 0, stream>>>(p, plan.buf.gate, plan.buf.up, plan.buf.h, plan.swiglu_limit, before);
     else
-        swiglu_kernel<false><<<grid, 256, 0, stream>>>(p, plan.buf.gate, plan.buf.up, plan.buf.h, plan.swiglu_limit, before);
+        moe_decode_swiglu_kernel<false><<<grid, 256, 0, stream>>>(p, plan.buf.gate, plan.buf.up, plan.buf.h, plan.swiglu_limit, before);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     DS41RT_RETURN_IF_ERROR(run_gemv(plan.down, static_cast<char *>(workspace) + plan.down_offset, stream));
     const dim3 cgrid(unsigned((plan.D + 255) / 256), unsigned(plan.B));
     if (official)
-        combine_kernel<true><<<cgrid, 256, 0, stream>>>(p, plan.buf.ye, plan.out, plan.weight_after_w2);
+        moe_decode_combine_kernel<true><<<cgrid, 256, 0, stream>>>(p, plan.buf.ye, plan.out, plan.weight_after_w2);
     else
-        combine_kernel<false><<<cgrid, 256, 0, stream>>>(p, plan.buf.ye, plan.out, plan.weight_after_w2);
+        moe_decode_combine_kernel<false><<<cgrid, 256, 0, stream>>>(p, plan.buf.ye, plan.out, plan.weight_after_w2);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }
