@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <random>
 
 #include "backend/cpu/numerics.h"
@@ -316,22 +317,128 @@ TEST_F(CudaMoeDecode, official_numerics_stages) {
                 worst_gu, worst_ye, h_flips, R * I, diff, 100.0 * double(clamped) / (2.0 * R * I));
 }
 
-TEST_F(CudaMoeDecode, rejects_bad_routes) {
-    cuda::moe_layer layer = g_set->layer;
-    const cuda::moe_buffers buf = cuda::moe_buffers_at(reinterpret_cast<void *>(uintptr_t(1) << 20), D, I, K);
+// Host side of the plan, without a GPU (plan_gemv only sizes launches): a fabricated layer of
+// 384 experts at V4.1 shapes, the grouping checked against the routes themselves.
+cuda::moe_layer fake_layer() {
+    cuda::moe_layer layer;
+    layer.D = D, layer.I = I, layer.act_block = 32, layer.swiglu_limit = 10.0f;
+    layer.experts.resize(E);
+    for (int e = 0; e < E; e++) {
+        const uint8_t *b = reinterpret_cast<const uint8_t *>(uintptr_t(e + 1) << 30);  // never dereferenced
+        layer.experts[size_t(e)] = {b, b + 1, b + 2, b + 3, b + 4, b + 5};
+    }
+    return layer;
+}
+
+cuda::device_info fake_device() {
+    cuda::device_info dev;
+    dev.sm_count = 132, dev.l2_bytes = 60 << 20, dev.cc_major = 9;
+    return dev;
+}
+
+TEST(MoeDecodePlan, groups_routes_by_expert_and_keeps_the_cpu_order) {
+    const cuda::moe_layer layer = fake_layer();
+    const float *x = reinterpret_cast<const float *>(uintptr_t(1) << 12);
+    float *out = reinterpret_cast<float *>(uintptr_t(1) << 13);
+    std::mt19937 rng(11);
+    for (int B : {1, 4, 16}) {
+        const int R = B * K;
+        const cuda::moe_buffers buf = cuda::moe_buffers_at(reinterpret_cast<void *>(uintptr_t(1) << 40), D, I, R);
+        std::vector<cuda::moe_route> routes;
+        for (int b = 0; b < B; b++) {
+            std::vector<uint32_t> ids(E);
+            std::iota(ids.begin(), ids.end(), 0u);
+            std::shuffle(ids.begin(), ids.end(), rng);
+            if (b == 1) ids[0] = routes[0].expert;  // an expert shared by rows 0 and 1
+            for (int k = 0; k < K; k++) routes.push_back({ids[size_t(k)], float(b * K + k)});  // weight = route index
+        }
+        auto plan = cuda::plan_moe_decode(fake_device(), layer, buf, x, out, routes, B, K);
+        ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+        const cuda::moe_decode_plan &p = plan.value();
+        std::vector<uint32_t> distinct;
+        for (const auto &r : routes) distinct.push_back(r.expert);
+        std::sort(distinct.begin(), distinct.end());
+        distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+        EXPECT_EQ(p.experts_read, int(distinct.size()));
+        ASSERT_EQ(p.up.mats.size(), 2 * distinct.size());
+        ASSERT_EQ(p.down.mats.size(), distinct.size());
+        // Every route owns one slot; slots run in (expert, row) order.
+        std::vector<int> seen(size_t(R), 0);
+        for (int s = 0; s < R; s++) {
+            const int idx = int(p.slot_weight[size_t(s)]);
+            ASSERT_TRUE(idx >= 0 && idx < R);
+            seen[size_t(idx)]++;
+            EXPECT_EQ(p.slot_row[size_t(s)], idx / K);
+            EXPECT_EQ(p.slot_expert[size_t(s)], routes[size_t(idx)].expert);
+            if (s > 0) {
+                EXPECT_TRUE(std::make_pair(p.slot_expert[size_t(s - 1)], p.slot_row[size_t(s - 1)]) <
+                            std::make_pair(p.slot_expert[size_t(s)], p.slot_row[size_t(s)]));
+            }
+        }
+        EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), R);
+        // Each row sums its own routes, in increasing expert id (routed_expert_sum's order).
+        for (int b = 0; b < B; b++) {
+            ASSERT_EQ(p.row_off[size_t(b + 1)] - p.row_off[size_t(b)], K);
+            for (int j = p.row_off[size_t(b)]; j < p.row_off[size_t(b + 1)]; j++) {
+                const int s = p.row_slot[size_t(j)];
+                EXPECT_EQ(p.slot_row[size_t(s)], b);
+                if (j > p.row_off[size_t(b)]) {
+                    EXPECT_LT(p.slot_expert[size_t(p.row_slot[size_t(j - 1)])], p.slot_expert[size_t(s)]);
+                }
+            }
+        }
+        // One w1, w3 and w2 matrix per selected expert, over exactly its slot rows.
+        for (const cuda::gemv_matrix &m : p.down.mats) {
+            const int s0 = int((m.x - buf.h) / I);
+            const uint32_t e = p.slot_expert[size_t(s0)];
+            EXPECT_TRUE(s0 == 0 || p.slot_expert[size_t(s0 - 1)] != e);
+            EXPECT_EQ(int(std::count(p.slot_expert.begin(), p.slot_expert.end(), e)), m.M);
+            EXPECT_EQ(m.w, layer.experts[e].w2);
+            EXPECT_EQ(m.y, buf.ye + size_t(s0) * D);
+            EXPECT_EQ(m.N, D);
+            EXPECT_EQ(m.K, I);
+            EXPECT_EQ(m.act_block, 32);
+        }
+        int w1s = 0, w3s = 0;
+        for (const cuda::gemv_matrix &m : p.up.mats) {
+            const int s0 = int((m.x - buf.xg) / D);
+            const uint32_t e = p.slot_expert[size_t(s0)];
+            EXPECT_EQ(int(std::count(p.slot_expert.begin(), p.slot_expert.end(), e)), m.M);
+            w1s += m.w == layer.experts[e].w1 && m.y == buf.gate + size_t(s0) * I;
+            w3s += m.w == layer.experts[e].w3 && m.y == buf.up + size_t(s0) * I;
+        }
+        EXPECT_EQ(w1s, p.experts_read);
+        EXPECT_EQ(w3s, p.experts_read);
+        EXPECT_GE(p.down_offset, p.up.workspace_bytes);
+        EXPECT_GE(p.workspace_bytes, p.down_offset + p.down.workspace_bytes);
+    }
+}
+
+TEST(MoeDecodePlan, rejects_bad_routes) {
+    const cuda::moe_layer layer = fake_layer();
+    cuda::moe_layer partial = layer;
+    partial.experts[1] = {};  // not held here (a worker's share)
+    const cuda::moe_buffers buf = cuda::moe_buffers_at(reinterpret_cast<void *>(uintptr_t(1) << 40), D, I, 2 * K);
     const float *x = reinterpret_cast<const float *>(uintptr_t(1) << 12);
     float *out = reinterpret_cast<float *>(uintptr_t(1) << 13);
     std::vector<cuda::moe_route> routes;
-    for (int k = 0; k < K; k++) routes.push_back({g_set->ids[size_t(k)], 0.25f});
-    EXPECT_TRUE(cuda::plan_moe_decode(dev_, layer, buf, x, out, routes, 1, K).is_ok());
-    routes[3].expert = 1;  // not held
-    auto bad = cuda::plan_moe_decode(dev_, layer, buf, x, out, routes, 1, K);
+    for (int k = 0; k < K; k++) routes.push_back({uint32_t(10 * k), 0.25f});
+    EXPECT_TRUE(cuda::plan_moe_decode(fake_device(), partial, buf, x, out, routes, 1, K).is_ok());
+    routes[3].expert = 1;
+    auto bad = cuda::plan_moe_decode(fake_device(), partial, buf, x, out, routes, 1, K);
     EXPECT_EQ(bad.status().code(), status_code::INVALID_ARGUMENT);
-    EXPECT_NE(bad.status().to_string().find("expert 1"), std::string::npos) << bad.status().to_string();
-    routes[3].expert = 400;  // outside the layer
-    EXPECT_EQ(cuda::plan_moe_decode(dev_, layer, buf, x, out, routes, 1, K).status().code(), status_code::INVALID_ARGUMENT);
-    EXPECT_EQ(cuda::plan_moe_decode(dev_, layer, buf, x, out, routes, 17, K).status().code(), status_code::NOT_SUPPORTED);
-    EXPECT_EQ(cuda::plan_moe_decode(dev_, layer, buf, x, out, routes, 2, K).status().code(), status_code::INVALID_ARGUMENT);
+    EXPECT_NE(bad.status().to_string().find("routes to expert 1,"), std::string::npos) << bad.status().to_string();
+    routes[3].expert = 384;  // outside the layer
+    EXPECT_EQ(cuda::plan_moe_decode(fake_device(), layer, buf, x, out, routes, 1, K).status().code(), status_code::INVALID_ARGUMENT);
+    routes[3].expert = 30;
+    EXPECT_EQ(cuda::plan_moe_decode(fake_device(), layer, buf, x, out, routes, 17, K).status().code(), status_code::NOT_SUPPORTED);
+    EXPECT_EQ(cuda::plan_moe_decode(fake_device(), layer, buf, x, out, routes, 2, K).status().code(), status_code::INVALID_ARGUMENT);
+    EXPECT_EQ(cuda::plan_moe_decode(fake_device(), layer, buf, x, reinterpret_cast<float *>(const_cast<float *>(x)), routes, 1, K)
+                  .status().code(), status_code::INVALID_ARGUMENT);
+    // 17 routes to one expert in a step (a row listing it twice) exceed the GEMV's 16 rows.
+    std::vector<cuda::moe_route> same(size_t(16) * 2, {7, 0.5f});
+    const cuda::moe_buffers buf32 = cuda::moe_buffers_at(reinterpret_cast<void *>(uintptr_t(1) << 40), D, I, 32);
+    EXPECT_EQ(cuda::plan_moe_decode(fake_device(), layer, buf32, x, out, same, 16, 2).status().code(), status_code::NOT_SUPPORTED);
 }
 
 // Informational, never asserted: one layer's routed-expert decode with all 384 experts of a
