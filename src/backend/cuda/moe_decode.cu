@@ -34,7 +34,7 @@
 // Graph-capturable: yes, for the routing the plan was built with (STYLE 17 wants routing read
 // from device memory; see above for why this first version cannot, and the header for what a
 // graph needs). Reduction order fixed (expert id), so results are deterministic.
-// Launches per step: gather, the GEMV's x preparation and ceil(2U / 24) launches for w1 + w3,
+// Launches per step: gather (B > 1; at B = 1 the experts read x in place), the GEMV's x preparation and ceil(2U / 24) launches for w1 + w3,
 // SwiGLU, x preparation and ceil(U / 24) launches for w2, combine (U selected experts).
 // Test: tests/cuda/moe_decode_test.cpp (reference numerics: relative error per row <= 1e-5;
 // official numerics: see the test for the bound and why).
@@ -197,7 +197,8 @@ Result<moe_decode_plan> plan_moe_decode(const device_info &dev, const moe_layer 
         const moe_expert &w = layer.experts[e];
         gemv_matrix m;
         m.fp4 = true, m.act_block = layer.act_block, m.M = s1 - s0;
-        m.N = I, m.K = D, m.x = buf.xg + size_t(s0) * D;
+        // One row: every expert reads x itself, no gather, and the GEMV prepares x once for all.
+        m.N = I, m.K = D, m.x = B == 1 ? x : buf.xg + size_t(s0) * D;
         m.w = w.w1, m.scale = w.w1_scale, m.y = buf.gate + size_t(s0) * I;
         up.push_back(m);
         m.w = w.w3, m.scale = w.w3_scale, m.y = buf.up + size_t(s0) * I;
@@ -230,8 +231,10 @@ Status run_moe_decode(const moe_decode_plan &plan, void *workspace, cudaStream_t
     std::copy(plan.row_slot.begin(), plan.row_slot.end(), p.row_slot);
     const bool official = plan.act_block != 0;
 
-    moe_decode_gather_kernel<<<plan.R, 256, 0, stream>>>(p, plan.x, plan.buf.xg);
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    if (plan.B > 1) {
+        moe_decode_gather_kernel<<<plan.R, 256, 0, stream>>>(p, plan.x, plan.buf.xg);
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    }
     DS41RT_RETURN_IF_ERROR(run_gemv(plan.up, workspace, stream));
     const size_t n = size_t(plan.R) * plan.I;
     const unsigned grid = unsigned(std::min<size_t>((n + 255) / 256, 4096));
