@@ -95,6 +95,27 @@ void upload(expert_set &s, const std::vector<uint8_t> &v, const uint8_t *&dst) {
     dst = s.mem.back()->as<uint8_t>();
 }
 
+// `pool` held experts of [I, D] spread over the layer's n experts (both ends held), on the GPU
+// and dequantized.
+expert_set *make_set(int Dm, int Im, int n, int pool, uint32_t seed) {
+    auto *s = new expert_set;
+    s->cpu.resize(size_t(n));
+    s->layer.D = Dm, s->layer.I = Im;
+    s->layer.experts.resize(size_t(n));
+    for (int j = 0; j < pool; j++) {
+        const uint32_t e = uint32_t(j * (n - 1) / (pool - 1));
+        s->ids.push_back(e);
+        fp4_matrix w1 = random_fp4(Im, Dm, seed + 1000 + e), w3 = random_fp4(Im, Dm, seed + 2000 + e),
+                   w2 = random_fp4(Dm, Im, seed + 3000 + e);
+        cuda::moe_expert &g = s->layer.experts[e];
+        upload(*s, w1.w, g.w1), upload(*s, w1.scale, g.w1_scale);
+        upload(*s, w3.w, g.w3), upload(*s, w3.scale, g.w3_scale);
+        upload(*s, w2.w, g.w2), upload(*s, w2.scale, g.w2_scale);
+        s->cpu[e] = {w1.dequant, w2.dequant, w3.dequant};
+    }
+    return s;
+}
+
 double row_rel(const float *got, const float *ref, int n) {
     double num = 0, den = 0;
     for (int i = 0; i < n; i++) {
@@ -131,21 +152,7 @@ class CudaMoeDecode : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
         if (!cuda::query_device()) return;
-        g_set = new expert_set;
-        expert_set &s = *g_set;
-        s.cpu.resize(E);
-        s.layer.D = D, s.layer.I = I;
-        s.layer.experts.resize(E);
-        for (int j = 0; j < POOL; j++) {
-            const uint32_t e = uint32_t(j * 383 / (POOL - 1));  // 0 .. 383, both ends held
-            s.ids.push_back(e);
-            fp4_matrix w1 = random_fp4(I, D, 1000 + e), w3 = random_fp4(I, D, 2000 + e), w2 = random_fp4(D, I, 3000 + e);
-            cuda::moe_expert &g = s.layer.experts[e];
-            upload(s, w1.w, g.w1), upload(s, w1.scale, g.w1_scale);
-            upload(s, w3.w, g.w3), upload(s, w3.scale, g.w3_scale);
-            upload(s, w2.w, g.w2), upload(s, w2.scale, g.w2_scale);
-            s.cpu[e] = {w1.dequant, w2.dequant, w3.dequant};
-        }
+        g_set = make_set(D, I, E, POOL, 0);
     }
     static void TearDownTestSuite() {
         delete g_set;
@@ -163,14 +170,21 @@ protected:
         std::vector<cuda::moe_route> routes;
         cuda::moe_decode_plan plan;
         std::vector<float> gate, up, h, ye;  // the GPU's intermediate buffers, [R, *]
+        int D = 0;
     };
 
     // One step on the GPU (run twice: the GEMV counters must be ready for a replay) and on the CPU.
     run_result step(int B, bool official, float limit, bool after, uint32_t seed) {
+        return step_on(*g_set, 32, B, official, limit, after, seed);
+    }
+    // act_block: the official numerics' activation block (V4.1 32, V4 128).
+    run_result step_on(const expert_set &set, int act_block, int B, bool official, float limit, bool after,
+                       uint32_t seed) {
         run_result r;
-        cuda::moe_layer layer = g_set->layer;
-        layer.act_block = official ? 32 : 0, layer.swiglu_limit = limit, layer.weight_after_w2 = after;
-        r.routes = random_routes(g_set->ids, B, seed);
+        const int D = set.layer.D, I = set.layer.I;  // this set's shapes
+        cuda::moe_layer layer = set.layer;
+        layer.act_block = official ? act_block : 0, layer.swiglu_limit = limit, layer.weight_after_w2 = after;
+        r.routes = random_routes(set.ids, B, seed);
         r.x = testing_util::random_normal(size_t(B) * D, seed + 7);
         for (auto &v : r.x) v *= 4.0f;
         const int R = B * K;
@@ -208,10 +222,11 @@ protected:
         r.h = down(buf.h, size_t(R) * I), r.ye = down(buf.ye, size_t(R) * D);
 
         cpu::expert_numerics nm;
-        nm.official = official, nm.act_block = 32, nm.kind = cpu::lin::FP4;
+        nm.official = official, nm.act_block = act_block, nm.kind = cpu::lin::FP4;
         nm.swiglu_limit = limit, nm.weight_after_w2 = after;
         r.ref.resize(r.out.size());
-        Status st = cpu::routed_expert_sum(nm, g_set->cpu, r.x.data(), D, to_table(r.routes, B), r.ref.data());
+        Status st = cpu::routed_expert_sum(nm, set.cpu, r.x.data(), D, to_table(r.routes, B), r.ref.data());
+        r.D = D;
         EXPECT_TRUE(st.is_ok()) << st.to_string();
         return r;
     }
@@ -219,6 +234,7 @@ protected:
     // Per-row relative error against the CPU; returns the largest.
     double check(const run_result &r, int B, double tol, const std::string &what) {
         double worst = 0;
+        const int D = r.D;
         if (r.out.size() != size_t(B) * D) return 1;  // the step already failed
         for (int b = 0; b < B; b++) {
             for (int d = 0; d < D; d++)
@@ -256,6 +272,18 @@ TEST_F(CudaMoeDecode, official_numerics_v41_shapes) {
         }
     run_result r = step(4, true, 10.0f, true, 78);
     check(r, 4, 2e-2, "official B4 weight after w2");
+}
+
+// V4 Flash's routed experts (256 of them, MXFP4 w1 / w3 [2048, 4096], w2 [4096, 2048]; official
+// activation blocks of 128; transformers' V4 applies the weight after w2), six held, B = 4.
+TEST_F(CudaMoeDecode, v4_shapes_activation_block_128) {
+    std::unique_ptr<expert_set> v4(make_set(4096, 2048, 256, 6, 50000));
+    for (bool after : {false, true}) {
+        run_result r = step_on(*v4, 128, 4, false, 10.0f, after, 41);
+        check(r, 4, 1e-5, std::string("v4 reference B4") + (after ? " weight after w2" : ""));
+        r = step_on(*v4, 128, 4, true, 10.0f, after, 42);
+        check(r, 4, 2e-2, std::string("v4 official B4") + (after ? " weight after w2" : ""));
+    }
 }
 
 // Official numerics, stage by stage, each stage fed the GPU's own inputs: isolates the GPU's
