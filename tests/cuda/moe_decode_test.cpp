@@ -13,8 +13,12 @@
 //    output, E4M3 h per 32 channels), so a difference enters only where a GEMV sum that differs
 //    from the CPU's in its last fp32 bits lands on the other side of a bf16 or E4M3 rounding
 //    boundary. A flipped bf16 is 2^-8 of one element; a flipped E4M3 code of h is up to 2^-3
-//    of one of 2304 inputs of w2, about 0.125 * |h_i| / ||h|| (~3e-3) of that expert's output.
-//    Bound asserted per row: 2e-2 (several flips in one row). The stage test below then proves
+//    of one of 2304 inputs of w2, about 0.125 * |h_i| / ||h|| (up to ~3e-3) of that expert's
+//    output. Bound asserted per row: 5e-3, and at least 99% of the output elements bit-equal to
+//    the CPU's (a misplaced rounding point would make almost none equal). Sized with a CPU
+//    emulation of the GPU's arithmetic (fp32 sums per 32-k block; these shapes and value ranges,
+//    B = 4, both clamps, weight before / after w2): worst row 4.1e-5, 99.95% elements equal;
+//    reference numerics in the same emulation: worst row 4.4e-7. The stage test below then proves
 //    each step separately: GEMV outputs within 1e-5 of the CPU given the GPU's own inputs, h
 //    equal to the CPU's SwiGLU of the GPU's gate / up (but for last-bit flips of expf, then one
 //    bf16 ulp), and the combine bit-equal to the CPU's fp32 order over the GPU's expert outputs.
@@ -232,7 +236,7 @@ protected:
     }
 
     // Per-row relative error against the CPU; returns the largest.
-    double check(const run_result &r, int B, double tol, const std::string &what) {
+    double check(const run_result &r, int B, double tol, const std::string &what, double min_equal = 0) {
         double worst = 0;
         const int D = r.D;
         if (r.out.size() != size_t(B) * D) return 1;  // the step already failed
@@ -248,6 +252,7 @@ protected:
         }
         size_t same = 0;
         for (size_t i = 0; i < r.out.size(); i++) same += r.out[i] == r.ref[i];
+        EXPECT_GE(double(same), min_equal * double(r.out.size())) << what << ": elements bit-equal to the CPU";
         std::printf("[ moe     ] %-44s experts read %2d  max row rel err %.3g  elements equal %.4f\n", what.c_str(),
                     r.plan.experts_read, worst, double(same) / double(r.out.size()));
         return worst;
@@ -268,10 +273,10 @@ TEST_F(CudaMoeDecode, official_numerics_v41_shapes) {
     for (int B : {1, 4, 16})
         for (float limit : {10.0f, 2.0f}) {
             run_result r = step(B, true, limit, false, uint32_t(B * 17 + int(limit)));
-            check(r, B, 2e-2, "official B" + std::to_string(B) + " limit " + std::to_string(int(limit)));
+            check(r, B, 5e-3, "official B" + std::to_string(B) + " limit " + std::to_string(int(limit)), 0.99);
         }
     run_result r = step(4, true, 10.0f, true, 78);
-    check(r, 4, 2e-2, "official B4 weight after w2");
+    check(r, 4, 5e-3, "official B4 weight after w2", 0.99);
 }
 
 // V4 Flash's routed experts (256 of them, MXFP4 w1 / w3 [2048, 4096], w2 [4096, 2048]; official
@@ -282,7 +287,7 @@ TEST_F(CudaMoeDecode, v4_shapes_activation_block_128) {
         run_result r = step_on(*v4, 128, 4, false, 10.0f, after, 41);
         check(r, 4, 1e-5, std::string("v4 reference B4") + (after ? " weight after w2" : ""));
         r = step_on(*v4, 128, 4, true, 10.0f, after, 42);
-        check(r, 4, 2e-2, std::string("v4 official B4") + (after ? " weight after w2" : ""));
+        check(r, 4, 5e-3, std::string("v4 official B4") + (after ? " weight after w2" : ""), 0.99);
     }
 }
 
