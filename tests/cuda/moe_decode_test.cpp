@@ -14,12 +14,15 @@
 //    from the CPU's in its last fp32 bits lands on the other side of a bf16 or E4M3 rounding
 //    boundary. A flipped bf16 is 2^-8 of one element; a flipped E4M3 code of h is up to 2^-3
 //    of one of 2304 inputs of w2, about 0.125 * |h_i| / ||h|| (up to ~3e-3) of that expert's
-//    output. Bound asserted per row: 5e-3, and at least 99% of the output elements bit-equal to
-//    the CPU's (a misplaced rounding point would make almost none equal). Sized with a CPU
-//    emulation of the GPU's arithmetic (fp32 sums per 32-k block; these shapes and value ranges,
-//    B = 4, both clamps, weight before / after w2): worst row 4.1e-5, 99.95% elements equal;
-//    reference numerics in the same emulation: worst row 4.4e-7. The stage test below then proves
-//    each step separately: GEMV outputs within 1e-5 of the CPU given the GPU's own inputs, h
+//    output. Bound asserted per row: 5e-3, and at least 90% of the output elements bit-equal to
+//    the CPU's (a misplaced rounding point leaves almost none equal). Sized with a CPU emulation
+//    of the GPU's arithmetic (these shapes and value ranges, B = 4, both clamps, weight before /
+//    after w2): with fp32 sums per 32-k block, worst row 4.1e-5 and 99.95% of elements equal;
+//    with each k32 MMA keeping only 14 bits below its largest product (DeepSeek-V3's reading of
+//    Hopper FP8 tensor cores, pessimistic: gemv_test's 1e-5 would fail there), worst row 1.8e-3
+//    and 47-60% equal; 18 bits: 7.5e-4 and 93-99%; 21 bits and up: as fp32. Reference numerics
+//    in the same emulation: worst row 4.4e-7. The stage test below then proves
+//    each step separately: GEMV outputs within 2e-5 per row of the CPU given the GPU's inputs, h
 //    equal to the CPU's SwiGLU of the GPU's gate / up (but for last-bit flips of expf, then one
 //    bf16 ulp), and the combine bit-equal to the CPU's fp32 order over the GPU's expert outputs.
 // Outputs and intermediate buffers are poisoned with NaN, so an element not written fails.
@@ -273,10 +276,10 @@ TEST_F(CudaMoeDecode, official_numerics_v41_shapes) {
     for (int B : {1, 4, 16})
         for (float limit : {10.0f, 2.0f}) {
             run_result r = step(B, true, limit, false, uint32_t(B * 17 + int(limit)));
-            check(r, B, 5e-3, "official B" + std::to_string(B) + " limit " + std::to_string(int(limit)), 0.99);
+            check(r, B, 5e-3, "official B" + std::to_string(B) + " limit " + std::to_string(int(limit)), 0.9);
         }
     run_result r = step(4, true, 10.0f, true, 78);
-    check(r, 4, 5e-3, "official B4 weight after w2", 0.99);
+    check(r, 4, 5e-3, "official B4 weight after w2", 0.9);
 }
 
 // V4 Flash's routed experts (256 of them, MXFP4 w1 / w3 [2048, 4096], w2 [4096, 2048]; official
@@ -287,7 +290,7 @@ TEST_F(CudaMoeDecode, v4_shapes_activation_block_128) {
         run_result r = step_on(*v4, 128, 4, false, 10.0f, after, 41);
         check(r, 4, 1e-5, std::string("v4 reference B4") + (after ? " weight after w2" : ""));
         r = step_on(*v4, 128, 4, true, 10.0f, after, 42);
-        check(r, 4, 5e-3, std::string("v4 official B4") + (after ? " weight after w2" : ""), 0.99);
+        check(r, 4, 5e-3, std::string("v4 official B4") + (after ? " weight after w2" : ""), 0.9);
     }
 }
 
@@ -331,8 +334,8 @@ TEST_F(CudaMoeDecode, official_numerics_stages) {
         cpu::matmul_nt(hq.data(), w.w2.f(), y.data(), 1, D, I);
         worst_ye = std::max(worst_ye, row_rel(&r.ye[size_t(s) * D], y.data(), D));
     }
-    EXPECT_LE(worst_gu, 1e-5);
-    EXPECT_LE(worst_ye, 1e-5);
+    EXPECT_LE(worst_gu, 2e-5);  // the GEMV's 1e-5 (gemv_test, whole matrices), per row with margin
+    EXPECT_LE(worst_ye, 2e-5);
     EXPECT_LE(double(h_flips), 1e-3 * R * I);
     // Combine: bit-equal to the CPU's fp32 sum in increasing expert id over the GPU's outputs.
     size_t diff = 0;
