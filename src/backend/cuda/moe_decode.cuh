@@ -9,10 +9,16 @@
 // rows, and everything a launch needs (weight pointers, row gathers, route weights, the combine
 // order) is baked into kernel parameters, as the GEMV bakes its weight pointers. run_moe_decode
 // only launches kernels on a stream: capturable into a CUDA graph, and a captured graph replays
-// exactly this routing. A new routing needs a new plan and either a new capture or updated
-// kernel-node parameters (cudaGraphExecKernelNodeSetParams, when the launch count is unchanged).
-// A routing that stays on the device would need the GEMV to read its jobs from device memory
-// (moe_decode.cu says why that is not done here).
+// exactly this routing. A new routing needs a new plan, then either eager launches or a fresh
+// capture of the MoE segment applied to the instantiated step graph with cudaGraphExecUpdate
+// (possible while the launch count stays the same; the GEMV's kernel parameters are internal to
+// gemv.cu, so patching nodes one by one is not offered). A routing that stays on the device
+// would need the GEMV to read its jobs from device memory (moe_decode.cu says why that is not
+// done here).
+//
+// Ownership: the plan holds raw device pointers (weights, x, out, step buffers) owned by the
+// caller, who keeps them alive while the plan or a graph captured from it can run. Plans are
+// plain values, built and used on one host thread.
 #pragma once
 
 #include <cuda_runtime.h>
