@@ -72,6 +72,9 @@ constexpr int CHUNK = DS41RT_GEMV_CHUNK;    // bytes of each of the 16 rows per 
 constexpr int PITCH_FP8 = CHUNK + 32, PITCH_FP4 = CHUNK + 16;
 constexpr int LANES_PER_ROW = CHUNK / 16, ROWS_PER_COPY = 32 / LANES_PER_ROW, COPIES = 16 / ROWS_PER_COPY;
 constexpr int STAGE_BYTES = 16 * PITCH_FP8;
+// MXFP4 stages also carry their rows' E8M0 scales (16 rows x CHUNK / 16 k blocks) after the codes.
+constexpr int FP4_SCALE_OFF = 16 * PITCH_FP4, FP4_SCALES = CHUNK / 16;
+static_assert(FP4_SCALE_OFF + 16 * FP4_SCALES <= STAGE_BYTES, "MXFP4 scales must fit in the stage");
 constexpr int SMEM_BYTES = WARPS * STAGES * STAGE_BYTES;
 constexpr int SX_TOKENS = 16;  // official mode: per-token activation scales, [act block][16]
 
@@ -139,6 +142,11 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], 
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
     const unsigned d = unsigned(__cvta_generic_to_shared(dst));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes));
+}
+// 4 bytes global -> shared (the MXFP4 scale rows).
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_bytes) {
+    const unsigned d = unsigned(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
@@ -325,13 +333,27 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const __grid_constant_
     extern __shared__ __align__(16) uint8_t smem[];
     uint8_t *ring = smem + (threadIdx.x >> 5) * (STAGES * STAGE_BYTES);
     const int nstage = (kb1 - kb0 + KPS - 1) / KPS;
+    // MXFP4 scale rows ride in the ring when every stage's 4-byte pieces are aligned (K % 128 ==
+    // 0, all real shapes); otherwise they are read from global memory per k block.
+    const bool ring_scales = FP4 && nkb % 4 == 0;
     auto issue = [&](int s) {
         if (s < nstage) {
-            uint8_t *dst = ring + (s % STAGES) * STAGE_BYTES + row0 * PITCH + col;
+            uint8_t *stage = ring + (s % STAGES) * STAGE_BYTES;
+            uint8_t *dst = stage + row0 * PITCH + col;
             const bool k_ok = kb0 + s * KPS + col_kb < kb1;
 #pragma unroll
             for (int i = 0; i < COPIES; i++)
                 cp_async16(dst + ROWS_PER_COPY * i * PITCH, src[i] + size_t(s) * CHUNK, row_ok[i] && k_ok ? 16 : 0);
+            if (FP4 && ring_scales) {
+#pragma unroll
+                for (int j = 0; j < FP4_SCALES / 8; j++) {  // 16 rows x FP4_SCALES / 4 pieces
+                    const int c = lane + 32 * j, row = c / (FP4_SCALES / 4), part = c % (FP4_SCALES / 4);
+                    const int r = tile * 16 + row, kb = kb0 + s * KPS + 4 * part;
+                    const bool ok = r < N && kb < kb1;
+                    cp_async4(stage + FP4_SCALE_OFF + row * FP4_SCALES + 4 * part,
+                              ok ? J.scale + size_t(r) * nkb + kb : J.scale, ok ? 4 : 0);
+                }
+            }
         }
         cp_async_commit();  // an empty group at the tail keeps the wait count uniform
     };
@@ -366,8 +388,13 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const __grid_constant_
         };
         auto scale_of = [&](int k32, float &sa, float &sb) {
             if constexpr (FP4) {
-                sa = e8m0_to_float(__ldg(scale_a + k32)) * fold;
-                sb = e8m0_to_float(__ldg(scale_b + k32)) * fold;
+                if (ring_scales) {  // only after the stage's wait
+                    sa = e8m0_to_float(st[FP4_SCALE_OFF + g * FP4_SCALES + (k32 - kb)]) * fold;
+                    sb = e8m0_to_float(st[FP4_SCALE_OFF + (g + 8) * FP4_SCALES + (k32 - kb)]) * fold;
+                } else {
+                    sa = e8m0_to_float(__ldg(scale_a + k32)) * fold;
+                    sb = e8m0_to_float(__ldg(scale_b + k32)) * fold;
+                }
             } else {
                 sa = sb = e8m0_to_float(__ldg(scale_a + (k32 >> J.sshift)));
             }
@@ -383,8 +410,10 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const __grid_constant_
 #pragma unroll
             for (int g0 = 0; g0 < KPS; g0 += 4) {
                 float sa[4], sb[4];
+                const bool early = !(FP4 && ring_scales);  // scales from the ring wait for the stage
+                if (early)
 #pragma unroll
-                for (int u = 0; u < 4; u++) scale_of(kb + g0 + u, sa[u], sb[u]);
+                    for (int u = 0; u < 4; u++) scale_of(kb + g0 + u, sa[u], sb[u]);
                 if constexpr (X8) {
                     x8_operands<NT> o[4];
 #pragma unroll
@@ -395,6 +424,9 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const __grid_constant_
                         cp_async_wait<STAGES - 2>();
                         __syncwarp();
                     }
+                    if (!early)
+#pragma unroll
+                        for (int u = 0; u < 4; u++) scale_of(kb + g0 + u, sa[u], sb[u]);
 #pragma unroll
                     for (int u = 0; u < 4; u++) {
                         uint2 la, lb;
@@ -406,6 +438,9 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const __grid_constant_
                         cp_async_wait<STAGES - 2>();
                         __syncwarp();
                     }
+                    if (!early)
+#pragma unroll
+                        for (int u = 0; u < 4; u++) scale_of(kb + g0 + u, sa[u], sb[u]);
 #pragma unroll
                     for (int u = 0; u < 4; u++) {
                         uint2 la, lb;
