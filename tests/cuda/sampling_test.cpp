@@ -368,9 +368,9 @@ TEST_F(CudaSampling, TimingInformational) {
         set(m.greedy, m.k, m.p, m.min_p, m.lp);
         float ms = 0;
         run(rows, &ms, 20);
-        std::printf("[sampling timing] B=%d V=%d %-26s %8.1f us/launch (HBM >= %.1f MB/launch: logits read + "
-                    "workspace write)\n",
-                    B, V, m.name, ms * 1000.0, 2.0 * B * V * 4 / 1e6);
+        const double hbm = double(B) * V * 4 * (m.greedy ? 1 : 2);  // logits read (+ workspace write)
+        std::printf("[sampling timing] B=%d V=%d %-26s %8.1f us/launch, %.1f MB HBM (%.0f GB/s), informational\n", B,
+                    V, m.name, ms * 1000.0, hbm / 1e6, hbm / (ms * 1e-3) / 1e9);
     }
 }
 

@@ -1,13 +1,14 @@
 // GPU sampling (semantics and exactness in sampling.cuh).
 //
-// Roofline, per row of V = 129,280 fp32 logits (517,120 B): the first pass reads the row from
-// HBM (plus V/8 B of mask) and writes the penalized row to the workspace (517 KB); every later
-// pass re-reads the workspace, which stays in L2 (16 rows = 8.3 MB). Greedy: 2 passes. Stochastic:
-// max, stats, then one radix select (ceil((32 + id_bits) / 11) = 5 passes) for each of top_k,
-// top_p and the draw (2 passes for an id-order draw); logprobs add 1 + 5 + 1. So ~1 MB of HBM
-// traffic and up to ~9 MB of L2 traffic per row; the cost is a single SM's L2 bandwidth and
-// latency (a few us a pass), not the device's, and B rows run on B SMs side by side. FLOPs are
-// negligible except one fp64 exp per candidate per mass pass.
+// Roofline, per row of V = 129,280 fp32 logits (517,120 B). Pass 0 reads the row from HBM (plus
+// V/8 B of mask) and, unless the row is greedy without penalties, writes the masked row to the
+// workspace (517 KB); later passes re-read the workspace, which stays in L2 (16 rows = 8.3 MB).
+// Passes: greedy 1 (2 with penalties); stochastic 1 (+1), stats, then one radix select of
+// ceil((32 + id_bits) / 11) = 5 passes for each of top_k, top_p and the draw (2 for an id-order
+// draw); logprobs add 1 + 5 + 1. So per row ~1 MB of HBM traffic and up to ~9 MB of L2 reads.
+// FLOPs: one fp64 exp per candidate per mass pass, otherwise integer work (~15-30 instructions an
+// element a pass). Nothing here is bound by the device: one block runs one row, so a pass costs
+// one SM's L2 latency and issue rate (estimated 3-15 us), and B rows run on B SMs side by side.
 #include "backend/cuda/sampling.cuh"
 
 #include <cub/block/block_reduce.cuh>
@@ -231,15 +232,28 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(sampling_batch b, in
     const uint32_t *mask = rp.has_mask ? b.allowed + int64_t(r) * b.mask_words : nullptr;
     const int covered = mask ? (int64_t(b.mask_words) * 32 < V ? b.mask_words * 32 : V) : V;
 
-    // Pass 0: mask (and the raw max the logprobs need).
-    float raw_max = NEG_INF;
+    // Pass 0: mask, and the raw max the logprobs need. Without penalties it also finds the greedy
+    // key or the scaled max, and a greedy row never writes the workspace.
+    const bool penalize = (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) && rp.counts_len > 0;
+    const raw_view rv{id_bits};
+    value_view v{p.inv_temperature, NEG_INF, 0.0f, id_bits, 63 - id_bits};
+    const bool write_work = !p.greedy || penalize;
+    float raw_max = NEG_INF, m = NEG_INF;
+    u64 best = 0;
     for_each(logits, V, [&](int i, float x) {
         raw_max = fmaxf(raw_max, x);
         if (mask && (i >= covered || !((mask[i >> 5] >> (i & 31)) & 1u))) x = NEG_INF;
-        work[i] = x;
+        if (write_work) work[i] = x;
+        if (p.greedy) {
+            u64 k;
+            rv.key(i, x, k);
+            best = k > best ? k : best;
+        } else {
+            m = fmaxf(m, v.scaled(x));
+        }
     });
     __syncthreads();
-    if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    if (penalize) {
         for (int j = threadIdx.x; j < rp.counts_len; j += THREADS) {
             const cpu::token_count tc = b.counts[rp.counts_begin + j];
             if (tc.token >= 0 && tc.token < V)
@@ -247,25 +261,26 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(sampling_batch b, in
                                                                       p.presence_penalty));
         }
         __syncthreads();
+        best = 0;
+        m = NEG_INF;
+        for_each(work, V, [&](int i, float x) {
+            if (p.greedy) {
+                u64 k;
+                rv.key(i, x, k);
+                best = k > best ? k : best;
+            } else {
+                m = fmaxf(m, v.scaled(x));
+            }
+        });
     }
 
     int32_t chosen = 0;
     if (p.greedy) {
-        u64 best = 0;
-        raw_view v{id_bits};
-        for_each(work, V, [&](int i, float x) {
-            u64 k;
-            v.key(i, x, k);
-            best = k > best ? k : best;
-        });
         best = reduce_u(s.tmp.ru).Reduce(best, max_op{});
         if (threadIdx.x == 0) s.bcast_u = best;
         __syncthreads();
         chosen = id_of(s.bcast_u, id_bits);
     } else {
-        value_view v{p.inv_temperature, NEG_INF, 0.0f, id_bits, 63 - id_bits};
-        float m = NEG_INF;
-        for_each(work, V, [&](int, float x) { m = fmaxf(m, v.scaled(x)); });
         m = reduce_f(s.tmp.rf).Reduce(m, max_op{});
         if (threadIdx.x == 0) s.bcast_f = m;
         __syncthreads();
@@ -327,14 +342,14 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(sampling_batch b, in
     if (!rp.logprobs || (!b.logprob && !b.top_ids)) return;
 
     // Raw logprobs: log_softmax of the logits as produced (fp64 log-sum-exp, as the CPU).
-    float m = reduce_f(s.tmp.rf).Reduce(raw_max, max_op{});
-    if (threadIdx.x == 0) s.bcast_f = m;
+    float rm = reduce_f(s.tmp.rf).Reduce(raw_max, max_op{});
+    if (threadIdx.x == 0) s.bcast_f = rm;
     __syncthreads();
-    m = s.bcast_f;
+    rm = s.bcast_f;
     double sum = 0;
-    for_each(logits, V, [&](int, float x) { sum += exp(double(x) - double(m)); });
+    for_each(logits, V, [&](int, float x) { sum += exp(double(x) - double(rm)); });
     sum = reduce_d(s.tmp.rd).Sum(sum);
-    if (threadIdx.x == 0) s.bcast_d = double(m) + log(sum);
+    if (threadIdx.x == 0) s.bcast_d = double(rm) + log(sum);
     __syncthreads();
     const double lse = s.bcast_d;
     if (threadIdx.x == 0 && b.logprob) b.logprob[r] = float(double(logits[chosen]) - lse);
@@ -343,7 +358,6 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(sampling_batch b, in
     k = k > SAMPLING_MAX_TOP_LOGPROBS ? SAMPLING_MAX_TOP_LOGPROBS : k;
     k = k > V ? V : k;
     if (k > 0) {
-        const raw_view rv{id_bits};
         const u64 kth = radix_select(s, logits, V, rv, 32 + id_bits, 0, false, false, u64(k)).key;
         if (threadIdx.x == 0) s.nsel = 0;
         __syncthreads();
