@@ -5,7 +5,9 @@
 // workspace (517 KB); later passes re-read the workspace, which stays in L2 (16 rows = 8.3 MB).
 // Passes: greedy 1 (2 with penalties); stochastic 1 (+1), stats, then one radix select of
 // ceil((32 + id_bits) / 11) = 5 passes for each of top_k, top_p and the draw (2 for an id-order
-// draw); logprobs add 1 + 5 + 1. So per row ~1 MB of HBM traffic and up to ~9 MB of L2 reads.
+// draw); logprobs add 1 + 5 + 1. Once a filter (min_p, top_k, top_p) leaves <= 512 candidates,
+// one more pass moves them to shared memory and the remaining selects cost microseconds. So per
+// row ~1 MB of HBM traffic and up to ~9 MB of L2 reads (top_p alone over a wide nucleus).
 // FLOPs: one fp64 exp per candidate per mass pass, otherwise integer work (~15-30 instructions an
 // element a pass). Nothing here is bound by the device: one block runs one row, so a pass costs
 // one SM's L2 latency and issue rate (estimated 3-15 us), and B rows run on B SMs side by side.
@@ -28,6 +30,9 @@ constexpr int RADIX_BITS = 11;
 constexpr int BUCKETS = 1 << RADIX_BITS;
 constexpr int BUCKETS_PER_THREAD = BUCKETS / THREADS;
 constexpr float NEG_INF = -__builtin_huge_valf();
+// Once a filter leaves at most this many candidates, they move into shared memory and the later
+// selects walk them there instead of the whole row.
+constexpr int LIST_CAP = 512;
 
 using u64 = unsigned long long;
 
@@ -70,8 +75,9 @@ struct shared_t {
     float bcast_f;
     double bcast_d;
     u64 bcast_u, bcast_u2;
-    int nsel;
+    int nsel, nlist;
     u64 sel[SAMPLING_MAX_TOP_LOGPROBS];
+    u64 list_key[LIST_CAP], list_mass[LIST_CAP];
 };
 
 // Calls f(i, x) for every element of a row, several loads in flight per thread (one block per
@@ -143,6 +149,26 @@ struct raw_view {  // raw logits, every token: the top_logprobs order
     __device__ u64 mass(float) const { return 0; }
 };
 
+// What a select walks: visit(f) calls f(key, mass) for every candidate, mass() computed lazily.
+template <class View> struct row_source {
+    const float *row;
+    int V;
+    View view;
+    template <class F> __device__ void visit(F &&f) const {
+        for_each(row, V, [&](int i, float x) {
+            u64 k;
+            if (view.key(i, x, k)) f(k, [&] { return view.mass(x); });
+        });
+    }
+};
+struct list_source {  // the compacted candidates (any order: the selects only sum integers)
+    const shared_t *s;
+    template <class F> __device__ void visit(F &&f) const {
+        const int n = s->nlist < LIST_CAP ? s->nlist : LIST_CAP;
+        for (int j = threadIdx.x; j < n; j += THREADS) f(s->list_key[j], [&] { return s->list_mass[j]; });
+    }
+};
+
 struct selected {
     u64 key;
     u64 cnt, mass;  // of the elements with key >= key (the selected one included)
@@ -152,9 +178,9 @@ struct selected {
 // weight (1 each, or its fixed-point mass) reaches target; when none does, the last one.
 // Radix select: RADIX_BITS of the key per pass, a count and mass histogram of the elements that
 // share the digits chosen so far, a block scan over the buckets from the top.
-template <class View>
-__device__ selected radix_select(shared_t &s, const float *row, int V, const View &view, int key_bits, u64 lo,
-                                 bool by_mass, bool with_mass, u64 target) {
+template <class Source>
+__device__ selected radix_select(shared_t &s, const Source &src, int key_bits, u64 lo, bool by_mass, bool with_mass,
+                                 u64 target) {
     u64 prefix = 0, above_cnt = 0, above_mass = 0;
     selected out{0, 0, 0};
     for (int bits_left = key_bits; bits_left > 0;) {
@@ -170,12 +196,11 @@ __device__ selected radix_select(shared_t &s, const float *row, int V, const Vie
         }
         __syncthreads();
         const u64 want = prefix >> bits_left;
-        for_each(row, V, [&](int i, float x) {
-            u64 k;
-            if (!view.key(i, x, k) || k < lo || (k >> bits_left) != want) return;
+        src.visit([&](u64 k, const auto &mass) {
+            if (k < lo || (k >> bits_left) != want) return;
             const int d = int((k >> shift) & u64((1 << w) - 1));
             atomicAdd(&s.cnt[d], 1u);
-            if (with_mass) atomicAdd(&s.mass[d], view.mass(x));
+            if (with_mass) atomicAdd(&s.mass[d], mass());
         });
         __syncthreads();
         // Descending bucket order: thread t holds positions t*BPT.. of the walk.
@@ -309,20 +334,45 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(sampling_batch b, in
             cnt = s.bcast_u;
             u64 total = s.bcast_u2;
             const int key_bits = 32 + id_bits;
+            const row_source<value_view> row_src{work, V, v};
+            const list_source list_src{&s};
+            bool listed = false;
+            // Moves the candidates with key >= from (n of them, n <= LIST_CAP) to shared memory.
+            auto to_list = [&](u64 from) {
+                if (threadIdx.x == 0) s.nlist = 0;
+                __syncthreads();
+                row_src.visit([&](u64 k, const auto &mass) {
+                    if (k < from) return;
+                    const int slot = atomicAdd(&s.nlist, 1);
+                    if (slot < LIST_CAP) {
+                        s.list_key[slot] = k;
+                        s.list_mass[slot] = mass();
+                    }
+                });
+                __syncthreads();
+                listed = true;
+            };
+            auto select = [&](u64 from, bool by_mass, u64 target) {
+                return listed ? radix_select(s, list_src, key_bits, from, by_mass, true, target)
+                              : radix_select(s, row_src, key_bits, from, by_mass, true, target);
+            };
             u64 lo = 0;
             const bool use_k = p.top_k > 0 && u64(p.top_k) < cnt;
+            const bool use_p = p.top_p < 1.0f;
+            if ((use_k || use_p) && cnt <= u64(LIST_CAP)) to_list(0);
             if (use_k) {
-                const selected k = radix_select(s, work, V, v, key_bits, 0, false, true, u64(p.top_k));
+                const selected k = select(0, false, u64(p.top_k));
                 lo = k.key;
                 total = k.mass;
+                if (!listed && p.top_k <= LIST_CAP) to_list(lo);
             }
-            const bool use_p = p.top_p < 1.0f;
             if (use_p) {
                 double t = ceil(double(p.top_p) * double(total));
                 const u64 target = t >= double(total) ? total : u64(t);
-                const selected k = radix_select(s, work, V, v, key_bits, lo, true, true, target);
+                const selected k = select(lo, true, target);
                 lo = k.key;
                 total = k.mass;
+                if (!listed && k.cnt <= u64(LIST_CAP)) to_list(lo);
             }
             // The draw: the first candidate whose running mass exceeds u * total, i.e. reaches
             // floor(bits * total / 2^53) + 1 (exact in 128-bit integers).
@@ -330,11 +380,12 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(sampling_batch b, in
             const u64 hi = __umul64hi(bits, total), lo64 = bits * total;
             const u64 target = ((hi << 11) | (lo64 >> 53)) + 1;
             if (use_k || use_p) {
-                chosen = id_of(radix_select(s, work, V, v, key_bits, lo, true, true, target).key, id_bits);
+                chosen = id_of(select(lo, true, target).key, id_bits);
             } else {
                 id_view iv;
                 static_cast<value_view &>(iv) = v;
-                chosen = id_of(radix_select(s, work, V, iv, id_bits, 0, true, true, target).key, id_bits);
+                const row_source<id_view> id_src{work, V, iv};
+                chosen = id_of(radix_select(s, id_src, id_bits, 0, true, true, target).key, id_bits);
             }
         }
     }
@@ -358,7 +409,8 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(sampling_batch b, in
     k = k > SAMPLING_MAX_TOP_LOGPROBS ? SAMPLING_MAX_TOP_LOGPROBS : k;
     k = k > V ? V : k;
     if (k > 0) {
-        const u64 kth = radix_select(s, logits, V, rv, 32 + id_bits, 0, false, false, u64(k)).key;
+        const row_source<raw_view> raw_src{logits, V, rv};
+        const u64 kth = radix_select(s, raw_src, 32 + id_bits, 0, false, false, u64(k)).key;
         if (threadIdx.x == 0) s.nsel = 0;
         __syncthreads();
         for_each(logits, V, [&](int i, float x) {
