@@ -11,8 +11,9 @@
 // from the CPU's fp64 running sums only when the target lies within ~V * 2^-47 (1e-9) of the
 // total mass from a boundary between two candidates.
 //
-// One 1024-thread block per row; the row is walked with radix selects over a unique 64-bit key
-// (value order bits, then the inverted id, so ties go to the lowest id) instead of a sort.
+// One 512-thread block per row; the row is walked with radix selects over a unique 64-bit key
+// (value order bits, then the inverted id, so ties go to the lowest id) instead of a sort, and
+// once a filter leaves <= 512 candidates they move to shared memory for the remaining selects.
 #pragma once
 
 #include <cuda_runtime.h>
