@@ -28,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cpu/sampling_math.h"
 #include "core/status.h"
 
 namespace ds41rt::serving {
@@ -83,11 +84,17 @@ private:
     sampling_params p_;
     uint64_t seed_;
     std::unordered_map<int32_t, int32_t> counts_;
+    std::vector<backend::cpu::token_count> pairs_;  // counts_ as the row arithmetic takes them
     std::vector<float> work_;        // penalized / scaled logits
     std::vector<int32_t> order_;     // candidate ids
 };
 
-// The uniform draw in [0, 1) for (seed, position): splitmix64 of both, 53 bits.
+// The row arithmetic's parameters (backend/cpu/sampling_math.h) for a request: the GPU sampler
+// takes the same values, so both round temperature and min_p identically.
+backend::cpu::row_sampling row_params(const sampling_params &p);
+
+// The uniform draw in [0, 1) for (seed, position): splitmix64 of both, 53 bits
+// (backend/cpu/sampling_math.h, shared with the GPU sampler).
 double sampling_uniform(uint64_t seed, int64_t position);
 
 // log_softmax(logits)[id] and the k best (k <= 20), exactly as reported to clients.

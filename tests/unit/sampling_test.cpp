@@ -173,3 +173,33 @@ TEST(StopText, StopAcrossManyPiecesAndEarliestWins) {
     EXPECT_TRUE(s.stopped());
     EXPECT_EQ(out, "ab");
 }
+
+// The draw's uniform is part of the seed contract (same seed, same output across versions and on
+// the GPU). Expected bits from an independent Python rendering of splitmix64 (Vigna's published
+// constants) composed as sampling_row.h documents: splitmix64(splitmix64(seed) ^ position *
+// 0xD1B54A32D192ED03) >> 11, computed when the arithmetic moved to backend/cpu.
+TEST(SamplingRow, UniformBitsArePinned) {
+    EXPECT_EQ(backend::cpu::sampling_uniform_bits(42, 7), 466803804666104ull);
+    EXPECT_EQ(backend::cpu::sampling_uniform_bits(uint64_t(int64_t(-1)), 0), 3298815481631822ull);
+    EXPECT_EQ(backend::cpu::sampling_uniform_bits(0, 123456), 7283513231366527ull);
+    EXPECT_EQ(sampling_uniform(42, 7), double(466803804666104ull) * 0x1.0p-53);
+}
+
+// The boundary margin the GPU test uses to judge a mismatch: two tokens with masses 1/3 and 1
+// (logits 0 and ln 3 at temperature 1), walked in id order, total 4/3.
+TEST(SamplingRow, TraceReportsTheDrawMargin) {
+    std::vector<float> l = {0.0f, std::log(3.0f)};
+    backend::cpu::row_sampling p;
+    p.greedy = false;
+    std::vector<float> work;
+    std::vector<int32_t> order;
+    for (double u : {0.1, 0.2, 0.3, 0.9}) {
+        backend::cpu::sample_trace tr;
+        const int32_t t = backend::cpu::sample_row(l, p, {}, {}, u, work, order, &tr);
+        const double m0 = std::exp(0.0 - double(std::log(3.0f))), total = m0 + 1.0, x = u * total;
+        EXPECT_EQ(t, x < m0 ? 0 : 1) << u;
+        const double want = x < m0 ? std::min(x, m0 - x) / total : std::min(x - m0, total - x) / total;
+        EXPECT_NEAR(tr.draw_margin, want, 1e-12) << u;
+        EXPECT_EQ(tr.top_p_margin, 1.0);
+    }
+}
