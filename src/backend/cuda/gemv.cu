@@ -50,6 +50,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/numerics.cuh"
 
 namespace ds41rt::backend::cuda {
 
@@ -194,13 +195,12 @@ __global__ void split_x_kernel(const __grid_constant__ split_batch b) {
         for (int k = lane; k < J.act_block; k += 32) amax = fmaxf(amax, fabsf(p[k]));
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        // s = 2^ceil(log2(max(amax, 1e-4) / 448)), as backend/cpu pow2_ceil.
-        const uint32_t bits = __float_as_uint(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
-        const int e = int((bits >> 23) & 0xffu) + ((bits & 0x7fffffu) != 0 ? 1 : 0);
-        const float s = __int_as_float(e << 23), inv = __int_as_float((254 - e) << 23);
+        // The CPU's fake_quant_fp8_ue8m0: s = pow2_ceil(max(amax, 1e-4) / 448), q = e4m3(clamp(x / s)).
+        const float s = dev::pow2_ceil(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
+        const float inv = __int_as_float((254 - int(dev::e8m0_code(s))) << 23);  // 1 / s, exact
         for (int k = lane; k < J.act_block; k += 32) {
             const float v = fminf(fmaxf(p[k] * inv, -448.0f), 448.0f);
-            xq[size_t(m) * J.K + size_t(blk) * J.act_block + k] = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+            xq[size_t(m) * J.K + size_t(blk) * J.act_block + k] = dev::e4m3_code(v);
         }
         if (lane == 0) J.sx[blk * SX_TOKENS + m] = s;
     }
