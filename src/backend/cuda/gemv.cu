@@ -96,9 +96,6 @@ struct batch {
     int njobs, items;
 };
 
-__device__ __forceinline__ float e8m0_to_float(uint32_t e) {
-    return e == 0 ? __int_as_float(0x00400000) : __int_as_float(int(e) << 23);  // 2^(e-127)
-}
 
 __device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *reinterpret_cast<uint32_t *>(&h); }
 
@@ -389,14 +386,14 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const __grid_constant_
         auto scale_of = [&](int k32, float &sa, float &sb) {
             if constexpr (FP4) {
                 if (ring_scales) {  // only after the stage's wait
-                    sa = e8m0_to_float(st[FP4_SCALE_OFF + g * FP4_SCALES + (k32 - kb)]) * fold;
-                    sb = e8m0_to_float(st[FP4_SCALE_OFF + (g + 8) * FP4_SCALES + (k32 - kb)]) * fold;
+                    sa = dev::e8m0_value(st[FP4_SCALE_OFF + g * FP4_SCALES + (k32 - kb)]) * fold;
+                    sb = dev::e8m0_value(st[FP4_SCALE_OFF + (g + 8) * FP4_SCALES + (k32 - kb)]) * fold;
                 } else {
-                    sa = e8m0_to_float(__ldg(scale_a + k32)) * fold;
-                    sb = e8m0_to_float(__ldg(scale_b + k32)) * fold;
+                    sa = dev::e8m0_value(__ldg(scale_a + k32)) * fold;
+                    sb = dev::e8m0_value(__ldg(scale_b + k32)) * fold;
                 }
             } else {
-                sa = sb = e8m0_to_float(__ldg(scale_a + (k32 >> J.sshift)));
+                sa = sb = dev::e8m0_value(__ldg(scale_a + (k32 >> J.sshift)));
             }
         };
         auto xrow_of = [&](int k32) {

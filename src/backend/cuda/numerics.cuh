@@ -20,7 +20,12 @@ __device__ __forceinline__ float pow2_ceil(float v) {
 }
 // The E8M0 code of a power of two (pow2_ceil's results are normal: 2^-126 .. 2^127).
 __device__ __forceinline__ uint8_t e8m0_code(float pow2) { return uint8_t(__float_as_uint(pow2) >> 23); }
-__device__ __forceinline__ float e8m0_value(uint8_t code) { return __int_as_float(uint32_t(code) << 23); }
+// Decode as core e8m0_to_f32 does for every code: 2^(code - 127), code 0 being the subnormal
+// 2^-127 (checkpoint scales may hold it) and 0xff NaN.
+__device__ __forceinline__ float e8m0_value(uint8_t code) {
+    if (code == 0xff) return __int_as_float(0x7fc00000);
+    return code == 0 ? __int_as_float(0x00400000) : __int_as_float(uint32_t(code) << 23);
+}
 
 // bf16 round to nearest even (core round_bf16): __float2bfloat16_rn is cvt.rn.bf16.f32.
 __device__ __forceinline__ float round_bf16(float f) { return __bfloat162float(__float2bfloat16_rn(f)); }
