@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "dist/expert_bytes.h"
+#include "model/expert_slice.h"
 #include "model/weights.h"
 
 namespace ds41rt::dist {
@@ -21,22 +22,6 @@ std::mutex &compute_mutex() {
 }
 
 const char *arch_model_type(model::arch a) { return a == model::arch::V4 ? "deepseek_v4" : "deepseek_v41"; }
-
-// Rows [b, e) of w [rows, cols].
-Tensor slice_rows(const Tensor &w, int b, int e) {
-    const int64_t cols = w.dim(1);
-    Tensor out = Tensor::f32({int64_t(e - b), cols});
-    std::copy(w.f() + int64_t(b) * cols, w.f() + int64_t(e) * cols, out.f());
-    return out;
-}
-
-// Columns [b, e) of w [rows, cols].
-Tensor slice_cols(const Tensor &w, int b, int e) {
-    const int64_t rows = w.dim(0), cols = w.dim(1), width = e - b;
-    Tensor out = Tensor::f32({rows, width});
-    for (int64_t r = 0; r < rows; r++) std::copy(w.f() + r * cols + b, w.f() + r * cols + e, out.f() + r * width);
-    return out;
-}
 
 std::string layer_list(const std::vector<int> &ls) {
     std::string s;
@@ -66,9 +51,14 @@ Result<std::unique_ptr<expert_worker>> expert_worker::load(const std::string &mo
     if (plan.num_layers != c.n_layers)
         return Status::invalid_argument("worker: the plan has " + std::to_string(plan.num_layers) + " layers, the model " +
                                         std::to_string(c.n_layers));
-    // The planner cut the slices on the plan's format's blocks; cut the same way.
+    // The planner cut the slices on the plan's format's blocks; cut the same way. A plan priced
+    // for another publication would cut this checkpoint's blocks wrongly (an MXFP4 32-channel cut
+    // splits an EXL3 rotation block): refuse it.
     auto format = parse_expert_format(plan.format);
     if (!format) return Status::invalid_argument("worker: plan: " + format.status().message());
+    if (*format != c.routed_quant)
+        return Status::invalid_argument("worker: the plan is for " + plan.format + " routed experts, " + model_dir +
+                                        " holds " + std::string(model::expert_quant_name(c.routed_quant)) + " ones");
     const int align = expert_slice_align(c, *format);
     for (const LayerPlacement &lp : plan.layers) {
         if (!lp.remote) continue;
@@ -82,18 +72,19 @@ Result<std::unique_ptr<expert_worker>> expert_worker::load(const std::string &mo
         ls.slice = *sl;
         ls.experts.resize(size_t(c.n_routed_experts));
         const std::string p = "layers." + std::to_string(lp.layer) + ".ffn.experts.";
+        // w1 / w3 rows and w2 columns of the slice, cut in the stored format (only the slice is
+        // decoded; bit-identical to cutting the decoded tensor, model/expert_slice.h).
         for (int e = 0; e < c.n_routed_experts; e++) {
             const std::string ep = p + std::to_string(e) + ".";
-            auto w1 = w.f32(ep + "w1.weight");
-            if (!w1) return w1.status();
-            auto w2 = w.f32(ep + "w2.weight");
-            if (!w2) return w2.status();
-            auto w3 = w.f32(ep + "w3.weight");
-            if (!w3) return w3.status();
             auto &x = ls.experts[size_t(e)];
-            x.w1 = slice_rows(*w1, ls.slice.begin, ls.slice.end);
-            x.w3 = slice_rows(*w3, ls.slice.begin, ls.slice.end);
-            x.w2 = slice_cols(*w2, ls.slice.begin, ls.slice.end);
+            const std::pair<const char *, model::slice_axis> parts[] = {
+                {"w1.weight", model::slice_axis::OUT}, {"w2.weight", model::slice_axis::IN}, {"w3.weight", model::slice_axis::OUT}};
+            Tensor *dst[] = {&x.w1, &x.w2, &x.w3};
+            for (int i = 0; i < 3; i++) {
+                auto t = model::expert_slice_f32(w, ep + parts[i].first, parts[i].second, ls.slice.begin, ls.slice.end);
+                if (!t) return Status(t.status().code(), "worker: " + t.status().message());
+                *dst[i] = std::move(t.value());
+            }
         }
         wk->layers_[lp.layer] = std::move(ls);
     }

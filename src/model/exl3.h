@@ -6,7 +6,8 @@
 //
 // TP: the rotations are local to 128-channel blocks, so a tensor-parallel cut must fall on a
 // multiple of exl3_block on the split axis (w1/w3: output axis, slicing trellis dim 1 and svh;
-// w2: input axis, slicing trellis dim 0 and suh). The placement planner (dist) owns the cut.
+// w2: input axis, slicing trellis dim 0 and suh). The placement planner (dist) owns the cut;
+// model/expert_slice decodes one rank's slice from the stored tiles.
 #pragma once
 
 #include <cstdint>

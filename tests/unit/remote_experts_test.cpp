@@ -89,7 +89,7 @@ protected:
     static dist::Plan make_plan(const std::vector<int> &ports, int tp, int n_layers = 12) {
         dist::Plan p;
         p.model_type = "deepseek_v41";
-        p.format = "official";
+        p.format = format_;
         p.num_layers = n_layers;
         p.coordinator.push_back({"cpu", 0, {}});
         for (int port : ports) p.workers.push_back({"127.0.0.1:" + std::to_string(port), -1, {}});
@@ -179,7 +179,7 @@ protected:
         const double err = rel_err(a, b);
         size_t differ = 0;
         for (size_t i = 0; i < a.size(); i++) differ += a[i] != b[i];
-        std::printf("[ remote ] TP%d %s: max |dlogit| / max |logit| = %.3g over %zu logits (%zu not bit-equal)\n", tp,
+        std::printf("[ remote ] %s TP%d %s: max |dlogit| / max |logit| = %.3g over %zu logits (%zu not bit-equal)\n", format_.c_str(), tp,
                     mode == engine::numerics::OFFICIAL ? "official" : "transformers", err, a.size(), differ);
         if (exact)
             EXPECT_EQ(differ, 0u);
@@ -196,9 +196,11 @@ protected:
     }
 
     static fs::path dir_;
+    static std::string format_;  // the plan's publication: the checkpoint's routed-expert format
 };
 
 fs::path RemoteExperts::dir_;
+std::string RemoteExperts::format_ = "official";
 
 TEST_F(RemoteExperts, Tp1IsBitIdentical) { compare_tp(1, engine::numerics::TRANSFORMERS, 0, true); }
 TEST_F(RemoteExperts, Tp2MatchesSingleProcess) { compare_tp(2, engine::numerics::TRANSFORMERS, 1e-5, false); }
@@ -402,6 +404,203 @@ TEST_F(RemoteExperts, Tp3ReducesInRankOrder) {
     for (size_t j = 0; j < acc.size(); j++) differ += worker_order[j] != rank_order[j];
     std::printf("[ remote ] TP3 layer 3: remote sum == rank-order sum bit for bit; worker-order sum differs in %zu of %zu\n",
                 differ, acc.size());
+}
+
+}  // namespace
+}  // namespace ds41rt
+
+// ---- The quantized publications through the workers ----------------------------------------------
+//
+// Tiny V4.1 models whose routed experts are stored as the NVFP4 (ModelOpt) or EXL3 (K = 2 MCG)
+// publications store them, with random stored bytes (no writer of ours: the bytes are drawn, the
+// companions shaped by the catalog); everything else is the synthesized official model. The
+// single-process engine dequantizes each whole expert; a worker decodes only its TP slice, cut
+// in the stored form (model/expert_slice). Same bounds and reasons as above: TRANSFORMERS logits
+// within 1e-5 of max |logit| (the rank partials are added in FP32 instead of one fp64 sum over
+// the intermediate dimension: summation order only, since each slice decodes bit for bit to the
+// slice of the whole decode, checked below), same greedy tokens.
+//   NVFP4: moe_intermediate 96 = six 16-blocks, TP2 slices 48 + 48, TP3 32 each.
+//   EXL3: dim 128, moe_intermediate 384 = three 128-blocks, TP2 slices 256 + 128, TP3 128 each.
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.h"
+#include "io/safetensors.h"
+#include "model/catalog.h"
+#include "model/config.h"
+#include "model/expert_slice.h"
+
+namespace ds41rt {
+namespace {
+
+// Writes into dir the synthesized model of seed 3 with its routed experts re-stored as `format`.
+void make_quantized_model(const fs::path &dir, const std::string &format) {
+    const bool exl3 = format == "exl3";
+    const fs::path src = dir.string() + "_src";
+    fs::remove_all(src);
+    model::synth_options o;
+    o.seed = 3;
+    o.vocab_size = 512;
+    o.engram_vocab_size = 50;
+    o.mtp = false;
+    o.dim = exl3 ? 128 : 64;
+    o.moe_intermediate = exl3 ? 384 : 96;
+    ASSERT_TRUE(model::synthesize(src.string(), o));
+    nlohmann::json cfg = nlohmann::json::parse(std::ifstream(src / "config.json"));
+    const nlohmann::json official = cfg["quantization_config"];
+    const int n_layers = cfg["text_config"]["num_hidden_layers"].get<int>();
+    if (exl3) {
+        cfg["quantization_config"] = {
+            {"quant_method", "exl3"}, {"bits", 2}, {"codebook", "mcg"}, {"mtp_experts", "source"},
+            {"mtp_experts_start_layer", n_layers},
+            {"non_routed_quantization",
+             {{"quant_method", "deepseek_v4_fp8"}, {"weight_block_size", official["weight_block_size"]}, {"expert_dtype", "fp4"}}}};
+    } else {
+        auto &q = cfg["quantization_config"];
+        q["quant_algo"] = "MIXED_PRECISION";
+        q["moe_quant_algo"] = "NVFP4";
+        q["group_size"] = 16;
+        for (int l = 0; l < n_layers; l++)
+            q["quantized_layers"]["layers." + std::to_string(l) + ".ffn.experts"] = {{"quant_algo", "NVFP4"}, {"group_size", 16}};
+    }
+    auto c = model::parse_config(cfg.dump());
+    ASSERT_TRUE(c) << c.status().to_string();
+
+    auto ck = io::checkpoint::open(src.string());
+    ASSERT_TRUE(ck) << ck.status().to_string();
+    std::vector<std::pair<std::string, Tensor>> out;
+    for (const std::string &n : ck->names())
+        if (n.find(".ffn.experts.") == std::string::npos) out.emplace_back(n, *ck->get(n));
+    std::mt19937 rng(17);
+    std::uniform_real_distribution<float> mag(0.5f, 1.5f);
+    auto sign = [&] { return (rng() & 1) ? -1.0f : 1.0f; };
+    for (const model::catalog_entry &e : model::build_catalog(*c, model::catalog_scope::TEXT)) {
+        if (e.format != model::storage_format::NVFP4 && e.format != model::storage_format::EXL3) continue;
+        const int64_t fan_in = e.shape[1];
+        // One weight_scale_2 per expert (gate and up must share it): unit-RMS rows in, unit-scale out,
+        // as the synthesized linears (E2M1 codes have RMS ~2.9, the scale bytes below ~1.2).
+        const float ws2 = 1.0f / (3.5f * std::sqrt(float(fan_in)));
+        for (const model::stored_tensor &st : model::stored_tensors(e, *c)) {
+            Tensor t(st.type, st.shape);
+            const bool is = st.name.find(".input_scale") != std::string::npos;
+            switch (st.type) {
+            case dtype::U8:  // E2M1 code pairs: any byte
+                for (int64_t i = 0; i < t.numel(); i++) t.data_mut<uint8_t>()[i] = uint8_t(rng());
+                break;
+            case dtype::F8_E4M3:  // 0x30..0x3f: 0.5 .. 1.875, never NaN
+                for (int64_t i = 0; i < t.numel(); i++) t.data_mut<uint8_t>()[i] = uint8_t(0x30 + rng() % 16);
+                break;
+            case dtype::F32: t.data_mut<float>()[0] = is ? 1.0f / 2688.0f : ws2; break;
+            case dtype::I16:
+                for (int64_t i = 0; i < t.numel(); i++) t.data_mut<uint16_t>()[i] = uint16_t(rng());
+                break;
+            case dtype::F16:
+                for (int64_t i = 0; i < t.numel(); i++)
+                    t.data_mut<uint16_t>()[i] =
+                        f32_to_f16(sign() * mag(rng) * (st.name.find(".suh") != std::string::npos ? 1.0f / std::sqrt(float(fan_in)) : 1.0f));
+                break;
+            case dtype::I32: t.data_mut<int32_t>()[0] = -877912083; break;  // the MCG codebook marker
+            default: FAIL() << st.name << ": unexpected stored dtype";
+            }
+            out.emplace_back(st.name, t);
+        }
+    }
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    ASSERT_TRUE(io::write_safetensors((dir / "model.safetensors").string(), out));
+    fs::copy_file(src / "engram_token_map.safetensors", dir / "engram_token_map.safetensors");
+    std::ofstream(dir / "config.json") << cfg.dump(2);
+    fs::remove_all(src);
+}
+
+// Every TP cut of layer 2's experts, decoded from the stored slice, equals the same rows / columns
+// of the whole decode bit for bit; a cut through a block is refused by name.
+void check_slices(const fs::path &dir, const std::string &format, int align, const std::vector<std::pair<int, int>> &cuts,
+                  int64_t bad_begin) {
+    auto w = model::weights::open(dir.string());
+    ASSERT_TRUE(w) << w.status().to_string();
+    ASSERT_TRUE((*w)->check());
+    const int64_t inter = (*w)->config().moe_inter_dim;
+    size_t compared = 0;
+    for (int e = 0; e < (*w)->config().n_routed_experts; e++)
+        for (const char *p : {"w1", "w2", "w3"}) {
+            const std::string n = "layers.2.ffn.experts." + std::to_string(e) + "." + p + ".weight";
+            const auto axis = std::string(p) == "w2" ? model::slice_axis::IN : model::slice_axis::OUT;
+            auto full = (*w)->f32(n);
+            ASSERT_TRUE(full) << full.status().to_string();
+            const int64_t cols = full->dim(1);
+            for (auto [b, end] : cuts) {
+                auto s = model::expert_slice_f32(**w, n, axis, b, end);
+                ASSERT_TRUE(s) << s.status().to_string();
+                for (int64_t r = 0; r < s->dim(0); r++)
+                    for (int64_t c = 0; c < s->dim(1); c++) {
+                        const float want = axis == model::slice_axis::OUT ? full->f()[(b + r) * cols + c]
+                                                                          : full->f()[r * cols + b + c];
+                        ASSERT_EQ(f32_bits(s->f()[r * s->dim(1) + c]), f32_bits(want)) << n << " [" << r << ", " << c << "]";
+                    }
+                compared += size_t(s->numel());
+            }
+            auto bad = model::expert_slice_f32(**w, n, axis, bad_begin, inter);
+            ASSERT_FALSE(bad);
+            EXPECT_EQ(bad.status().code(), status_code::INVALID_ARGUMENT);
+            EXPECT_NE(bad.status().message().find(n), std::string::npos) << bad.status().message();
+            EXPECT_NE(bad.status().message().find("not whole " + std::to_string(align) + "-channel blocks"), std::string::npos)
+                << bad.status().message();
+        }
+    std::printf("[ remote ] %s: %zu sliced weights of layer 2 bit-identical to the whole decode\n", format.c_str(), compared);
+}
+
+class RemoteNvfp4Experts : public RemoteExperts {
+protected:
+    static void SetUpTestSuite() {
+        dir_ = fs::temp_directory_path() / ("ds41rt_remote_nvfp4_" + std::to_string(getpid()));
+        format_ = "nvfp4";
+        make_quantized_model(dir_, format_);
+    }
+    static void TearDownTestSuite() {
+        fs::remove_all(dir_);
+        format_ = "official";
+    }
+};
+
+class RemoteExl3Experts : public RemoteExperts {
+protected:
+    static void SetUpTestSuite() {
+        dir_ = fs::temp_directory_path() / ("ds41rt_remote_exl3_" + std::to_string(getpid()));
+        format_ = "exl3";
+        make_quantized_model(dir_, format_);
+    }
+    static void TearDownTestSuite() {
+        fs::remove_all(dir_);
+        format_ = "official";
+    }
+
+};
+
+TEST_F(RemoteNvfp4Experts, SlicesDecodeLikeTheWhole) {
+    check_slices(dir_, format_, 16, {{0, 48}, {48, 96}, {32, 64}, {16, 32}}, 8);
+}
+TEST_F(RemoteNvfp4Experts, Tp2MatchesSingleProcess) { compare_tp(2, engine::numerics::TRANSFORMERS, 1e-5, false); }
+TEST_F(RemoteNvfp4Experts, Tp3MatchesSingleProcess) { compare_tp(3, engine::numerics::TRANSFORMERS, 1e-5, false); }
+
+TEST_F(RemoteExl3Experts, SlicesDecodeLikeTheWhole) { check_slices(dir_, format_, 128, {{0, 256}, {256, 384}, {128, 256}}, 64); }
+TEST_F(RemoteExl3Experts, Tp2MatchesSingleProcess) { compare_tp(2, engine::numerics::TRANSFORMERS, 1e-5, false); }
+TEST_F(RemoteExl3Experts, Tp3MatchesSingleProcess) { compare_tp(3, engine::numerics::TRANSFORMERS, 1e-5, false); }
+
+// A plan priced for another publication would cut this checkpoint on the wrong blocks.
+TEST_F(RemoteExl3Experts, WorkerRefusesAPlanForAnotherFormat) {
+    dist::Plan plan = make_plan({1, 2}, 2);
+    plan.format = "official";
+    auto w = dist::expert_worker::load(dir_.string(), plan, 0);
+    ASSERT_FALSE(w);
+    EXPECT_NE(w.status().message().find("the plan is for official routed experts"), std::string::npos) << w.status().message();
+    EXPECT_NE(w.status().message().find("holds exl3"), std::string::npos) << w.status().message();
+    // TP4 of three 128-channel blocks leaves a rank without one: refused, not cut finer.
+    auto w4 = dist::expert_worker::load(dir_.string(), make_plan({1, 2, 3, 4}, 4), 3);
+    ASSERT_FALSE(w4);
+    std::printf("[ remote ] exl3 TP4 of 384: %s\n", w4.status().message().c_str());
 }
 
 }  // namespace

@@ -1,0 +1,28 @@
+// One tensor-parallel rank's share of a routed-expert projection, cut where the format stores it.
+//
+// What crosses this boundary: a catalog name, the axis of the logical [out, in] that the TP rule
+// cuts (w1 / w3: OUT, their rows; w2: IN, its columns) and a channel range come in; the fp32
+// logical slice [end - begin, in] or [out, end - begin] comes out, equal bit for bit to the same
+// rows / columns of weights::f32(name). NVFP4 and EXL3 are sliced in their stored form and only
+// the slice is decoded (a worker never holds a whole dequantized expert); other formats are
+// dequantized whole and cut.
+//
+// A cut must be whole blocks of the format (model::expert_tp_align: 32 MXFP4, 16 NVFP4, 128
+// EXL3) on the cut axis; otherwise INVALID_ARGUMENT naming the tensor, the range and the block.
+// Thread-safe as weights' const methods are.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "model/weights.h"
+
+namespace ds41rt::model {
+
+enum class slice_axis { OUT, IN };
+
+Result<Tensor> expert_slice_f32(const weights &w, const std::string &name, slice_axis axis, int64_t begin, int64_t end);
+
+}  // namespace ds41rt::model
