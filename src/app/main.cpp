@@ -16,6 +16,7 @@ int main(int argc, char **argv) {
     ds41rt::app::register_plan(app, cmds);
     ds41rt::app::register_launch(app, cmds);
     ds41rt::app::register_worker(app, cmds);
+    ds41rt::app::register_chat(app, cmds);
     CLI11_PARSE(app, argc, argv);
     for (auto &c : cmds)
         if (c.sub->parsed()) return c.run();
