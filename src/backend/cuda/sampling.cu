@@ -10,17 +10,17 @@
 // V/8 B of mask) and, unless the row is greedy without penalties, writes the masked row to the
 // workspace (517 KB); later passes re-read the workspace, which stays in L2 (16 rows = 8.3 MB).
 // Passes: greedy 1 (2 with penalties); stochastic 1 (+1), stats, then one radix select of
-// ceil((32 + id_bits) / 11) = 5 passes for each of top_k, top_p and the draw (2 for an id-order
-// draw); logprobs add 1 + 5 + 1. Once a filter (min_p, top_k, top_p) leaves <= 512 candidates,
+// ceil((32 + id_bits) / 9) = 6 passes for each of top_k, top_p and the draw (2 for an id-order
+// draw); logprobs add 1 + 6 + 1. Once a filter (min_p, top_k, top_p) leaves <= 512 candidates,
 // one more pass moves them to shared memory and the remaining selects cost microseconds. So per
 // row ~1 MB of HBM traffic and up to ~9 MB of L2 reads (top_p alone over a wide nucleus).
 // FLOPs: one fp64 exp per candidate per mass pass (~130 K exp a pass, ~40 fp64 ops each), the
 // rest integer work (~15-30 instructions an element a pass). Per select pass a block also reads
-// the 7 other blocks' histograms (2,048 x 12 B each) over DSMEM and waits at two cluster barriers.
+// the cluster's 8 histograms (512 x 12 B each) over DSMEM and waits at two cluster barriers.
 // Histogram updates are warp-aggregated (__match_any_sync): adjacent elements share a digit, and
 // same-address shared atomics, 64-bit ones above all, serialised the single-block version.
 // Nothing here is bound by the device: a pass costs one slice's L2 latency and issue rate
-// (estimated 1-3 us plus ~2 us of barriers and DSMEM), so a top_p chain is ~11 passes.
+// (estimated 2-4 us plus ~2 us of barriers and DSMEM), so a top_p chain is ~13 passes.
 #include "backend/cuda/sampling.cuh"
 
 #include <cooperative_groups.h>
@@ -37,9 +37,12 @@ namespace ds41rt::backend::cuda {
 namespace {
 
 constexpr int THREADS = 512;  // 128 registers a thread: the select loops stay out of local memory
-constexpr int RADIX_BITS = 11;
+// 9 bits: one bucket a thread, and a pass reads 8 x 6 KB of remote histograms (11 bits cost 4x
+// that over DSMEM and spilled registers, for one pass fewer per value select).
+constexpr int RADIX_BITS = 9;
 constexpr int BUCKETS = 1 << RADIX_BITS;
 constexpr int BUCKETS_PER_THREAD = BUCKETS / THREADS;
+static_assert(BUCKETS % THREADS == 0, "the scan gives each thread whole buckets");
 constexpr float NEG_INF = -__builtin_huge_valf();
 // Once a filter leaves at most this many candidates, they move into shared memory and the later
 // selects walk them there instead of the whole row.
