@@ -1,18 +1,29 @@
 // GPU sampling (semantics and exactness in sampling.cuh).
 //
+// Layout: a cluster of CLUSTER (8) blocks per row, grid (8, B); block q walks the row's q-th
+// contiguous slice (~16,160 tokens at V = 129,280). Histograms, maxima and sums meet through
+// distributed shared memory (integer sums, or fp64 partials combined in rank order), so every
+// block takes the same decisions and the result does not depend on B or on other rows. At B = 16
+// that is 128 blocks on 128 SMs instead of 16.
+//
 // Roofline, per row of V = 129,280 fp32 logits (517,120 B). Pass 0 reads the row from HBM (plus
 // V/8 B of mask) and, unless the row is greedy without penalties, writes the masked row to the
 // workspace (517 KB); later passes re-read the workspace, which stays in L2 (16 rows = 8.3 MB).
 // Passes: greedy 1 (2 with penalties); stochastic 1 (+1), stats, then one radix select of
-// ceil((32 + id_bits) / 11) = 5 passes for each of top_k, top_p and the draw (2 for an id-order
-// draw); logprobs add 1 + 5 + 1. Once a filter (min_p, top_k, top_p) leaves <= 512 candidates,
+// ceil((32 + id_bits) / 9) = 6 passes for each of top_k, top_p and the draw (2 for an id-order
+// draw); logprobs add 1 + 6 + 1. Once a filter (min_p, top_k, top_p) leaves <= 512 candidates,
 // one more pass moves them to shared memory and the remaining selects cost microseconds. So per
 // row ~1 MB of HBM traffic and up to ~9 MB of L2 reads (top_p alone over a wide nucleus).
-// FLOPs: one fp64 exp per candidate per mass pass, otherwise integer work (~15-30 instructions an
-// element a pass). Nothing here is bound by the device: one block runs one row, so a pass costs
-// one SM's L2 latency and issue rate (estimated 3-15 us), and B rows run on B SMs side by side.
+// FLOPs: one fp64 exp per candidate per mass pass (~130 K exp a pass, ~40 fp64 ops each), the
+// rest integer work (~15-30 instructions an element a pass). Per select pass a block also reads
+// the cluster's 8 histograms (512 x 12 B each) over DSMEM and waits at two cluster barriers.
+// Histogram updates are warp-aggregated (__match_any_sync): adjacent elements share a digit, and
+// same-address shared atomics, 64-bit ones above all, serialised the single-block version.
+// Nothing here is bound by the device: a pass costs one slice's L2 latency and issue rate
+// (estimated 2-4 us plus ~2 us of barriers and DSMEM), so a top_p chain is ~13 passes.
 #include "backend/cuda/sampling.cuh"
 
+#include <cooperative_groups.h>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
@@ -26,13 +37,23 @@ namespace ds41rt::backend::cuda {
 namespace {
 
 constexpr int THREADS = 512;  // 128 registers a thread: the select loops stay out of local memory
-constexpr int RADIX_BITS = 11;
+// 9 bits: one bucket a thread, and a pass reads 8 x 6 KB of remote histograms (11 bits cost 4x
+// that over DSMEM and spilled registers, for one pass fewer per value select).
+constexpr int RADIX_BITS = 9;
 constexpr int BUCKETS = 1 << RADIX_BITS;
 constexpr int BUCKETS_PER_THREAD = BUCKETS / THREADS;
+static_assert(BUCKETS % THREADS == 0, "the scan gives each thread whole buckets");
 constexpr float NEG_INF = -__builtin_huge_valf();
 // Once a filter leaves at most this many candidates, they move into shared memory and the later
 // selects walk them there instead of the whole row.
 constexpr int LIST_CAP = 512;
+// Blocks per row: a thread-block cluster of this many walks one row, each block a contiguous
+// slice, and their histograms and partial sums meet through distributed shared memory. Fixed (not
+// derived from B or the SM count) so a row's fp64 logprob sum has the same order in every batch;
+// 8 is the portable cluster size every sm_90 part schedules.
+constexpr int CLUSTER = 8;
+
+namespace cg = cooperative_groups;
 
 using u64 = unsigned long long;
 
@@ -72,18 +93,18 @@ struct shared_t {
     int chosen, last;
     cnt_mass pick;  // the chosen bucket's exclusive and own sums, for every thread
     cnt_mass own;
-    float bcast_f;
-    double bcast_d;
-    u64 bcast_u, bcast_u2;
     int nsel, nlist;
+    float part_f;  // this block's partial of a cluster reduction, read by the others
+    double part_d;
+    u64 part_u, part_u2;
     u64 sel[SAMPLING_MAX_TOP_LOGPROBS];
     u64 list_key[LIST_CAP], list_mass[LIST_CAP];
 };
 
-// Calls f(i, x) for every element of a row, several loads in flight per thread (one block per
-// row has to hide L2 latency on its own).
-template <class F> __device__ __forceinline__ void for_each(const float *row, int V, F &&f) {
-    constexpr int U = 4;
+// Calls f(i, x) for every element of a row, two float4 loads in flight per thread (eight blocks
+// a row share the latency, and a deeper unroll spills registers).
+template <class F> __device__ __forceinline__ void for_each_n(const float *row, int V, F &&f) {
+    constexpr int U = 2;
     int done = 0;
     if ((reinterpret_cast<uintptr_t>(row) & 15) == 0) {
         const float4 *r4 = reinterpret_cast<const float4 *>(row);
@@ -149,13 +170,22 @@ struct raw_view {  // raw logits, every token: the top_logprobs order
     __device__ u64 mass(float) const { return 0; }
 };
 
+// The same over this block's slice [begin, end) of the row (begin is a multiple of 4, so an
+// aligned row keeps its vector loads).
+struct slice_t {
+    int begin, end;
+};
+template <class F> __device__ __forceinline__ void for_each(const float *row, slice_t sl, F &&f) {
+    for_each_n(row + sl.begin, sl.end - sl.begin, [&](int i, float x) { f(sl.begin + i, x); });
+}
+
 // What a select walks: visit(f) calls f(key, mass) for every candidate, mass() computed lazily.
 template <class View> struct row_source {
     const float *row;
-    int V;
+    slice_t sl;
     View view;
     template <class F> __device__ void visit(F &&f) const {
-        for_each(row, V, [&](int i, float x) {
+        for_each(row, sl, [&](int i, float x) {
             u64 k;
             if (view.key(i, x, k)) f(k, [&] { return view.mass(x); });
         });
@@ -169,6 +199,16 @@ struct list_source {  // the compacted candidates (any order: the selects only s
     }
 };
 
+// Exact sum of x over the lanes in peers (every one of them calls this with the same peers): three
+// 32-bit reductions of 26-bit pieces, which cannot carry out of 32 bits for 32 lanes.
+__device__ __forceinline__ u64 warp_sum(unsigned peers, u64 x) {
+    constexpr u64 M = (1ull << 26) - 1;
+    const u64 a = __reduce_add_sync(peers, unsigned(x & M));
+    const u64 b = __reduce_add_sync(peers, unsigned((x >> 26) & M));
+    const u64 c = __reduce_add_sync(peers, unsigned(x >> 52));
+    return a + (b << 26) + (c << 52);
+}
+
 struct selected {
     u64 key;
     u64 cnt, mass;  // of the elements with key >= key (the selected one included)
@@ -179,7 +219,7 @@ struct selected {
 // Radix select: RADIX_BITS of the key per pass, a count and mass histogram of the elements that
 // share the digits chosen so far, a block scan over the buckets from the top.
 template <class Source>
-__device__ selected radix_select(shared_t &s, const Source &src, int key_bits, u64 lo, bool by_mass, bool with_mass,
+__device__ selected radix_select(shared_t &s, const cg::cluster_group &cl, const Source &src, int key_bits, u64 lo, bool by_mass, bool with_mass,
                                  u64 target) {
     u64 prefix = 0, above_cnt = 0, above_mass = 0;
     selected out{0, 0, 0};
@@ -199,17 +239,32 @@ __device__ selected radix_select(shared_t &s, const Source &src, int key_bits, u
         src.visit([&](u64 k, const auto &mass) {
             if (k < lo || (k >> bits_left) != want) return;
             const int d = int((k >> shift) & u64((1 << w) - 1));
-            atomicAdd(&s.cnt[d], 1u);
-            if (with_mass) atomicAdd(&s.mass[d], mass());
+            // Neighbouring elements mostly share a digit (adjacent ids, or floats of one
+            // exponent), so the lanes that do combine first and one of them adds for all.
+            const unsigned peers = __match_any_sync(__activemask(), d);
+            u64 ms = 0;
+            if (with_mass) ms = warp_sum(peers, mass());
+            if (int(threadIdx.x & 31) == __ffs(peers) - 1) {
+                atomicAdd(&s.cnt[d], unsigned(__popc(peers)));
+                if (with_mass) atomicAdd(&s.mass[d], ms);
+            }
         });
-        __syncthreads();
-        // Descending bucket order: thread t holds positions t*BPT.. of the walk.
+        cl.sync();  // every block of the row has its slice's histogram
+        // Descending bucket order: thread t holds positions t*BPT.. of the walk. Each bucket is
+        // the integer sum of the cluster's histograms, so all blocks see the same totals.
         cnt_mass items[BUCKETS_PER_THREAD], excl[BUCKETS_PER_THREAD];
 #pragma unroll
-        for (int j = 0; j < BUCKETS_PER_THREAD; j++) {
-            const int d = BUCKETS - 1 - (int(threadIdx.x) * BUCKETS_PER_THREAD + j);
-            items[j] = {s.cnt[d], s.mass[d]};
+        for (int j = 0; j < BUCKETS_PER_THREAD; j++) items[j] = {0, 0};
+        for (int q = 0; q < CLUSTER; q++) {
+            const shared_t *rs = cl.map_shared_rank(&s, q);
+#pragma unroll
+            for (int j = 0; j < BUCKETS_PER_THREAD; j++) {
+                const int d = BUCKETS - 1 - (int(threadIdx.x) * BUCKETS_PER_THREAD + j);
+                items[j].cnt += rs->cnt[d];
+                items[j].mass += rs->mass[d];
+            }
         }
+        cl.sync();  // the others are done reading this block's histogram
         scan_cm(s.tmp.scan).ExclusiveScan(items, excl, cnt_mass{0, 0}, add_cm{});
 #pragma unroll
         for (int j = 0; j < BUCKETS_PER_THREAD; j++) {
@@ -235,10 +290,60 @@ __device__ selected radix_select(shared_t &s, const Source &src, int key_bits, u
         out.mass = above_mass + s.own.mass;
         prefix |= u64(BUCKETS - 1 - pos) << shift;
         bits_left = shift;
-        __syncthreads();  // before the next pass clears the histogram
+        __syncthreads();  // before the next pass clears the histogram and s.pick
     }
     out.key = prefix;
     return out;
+}
+
+// Cluster-wide reductions: each block reduces its slice, then every block combines the CLUSTER
+// partials in rank order (so even the fp64 sum is the same in every block and every batch).
+__device__ float cluster_max(shared_t &s, const cg::cluster_group &cl, float x) {
+    x = reduce_f(s.tmp.rf).Reduce(x, max_op{});
+    if (threadIdx.x == 0) s.part_f = x;
+    cl.sync();
+    float m = -__builtin_huge_valf();
+    for (int q = 0; q < CLUSTER; q++) m = fmaxf(m, *cl.map_shared_rank(&s.part_f, q));
+    cl.sync();
+    return m;
+}
+__device__ u64 cluster_max_u(shared_t &s, const cg::cluster_group &cl, u64 x) {
+    x = reduce_u(s.tmp.ru).Reduce(x, max_op{});
+    if (threadIdx.x == 0) s.part_u = x;
+    cl.sync();
+    u64 m = 0;
+    for (int q = 0; q < CLUSTER; q++) {
+        const u64 y = *cl.map_shared_rank(&s.part_u, q);
+        m = y > m ? y : m;
+    }
+    cl.sync();
+    return m;
+}
+__device__ void cluster_sum2_u(shared_t &s, const cg::cluster_group &cl, u64 &a, u64 &b) {
+    a = reduce_u(s.tmp.ru).Sum(a);
+    __syncthreads();
+    b = reduce_u(s.tmp.ru).Sum(b);
+    if (threadIdx.x == 0) {
+        s.part_u = a;
+        s.part_u2 = b;
+    }
+    cl.sync();
+    a = 0;
+    b = 0;
+    for (int q = 0; q < CLUSTER; q++) {
+        a += *cl.map_shared_rank(&s.part_u, q);
+        b += *cl.map_shared_rank(&s.part_u2, q);
+    }
+    cl.sync();
+}
+__device__ double cluster_sum_d(shared_t &s, const cg::cluster_group &cl, double x) {
+    x = reduce_d(s.tmp.rd).Sum(x);
+    if (threadIdx.x == 0) s.part_d = x;
+    cl.sync();
+    double t = 0;
+    for (int q = 0; q < CLUSTER; q++) t += *cl.map_shared_rank(&s.part_d, q);
+    cl.sync();
+    return t;
 }
 
 __device__ int32_t id_of(u64 key, int id_bits) {
@@ -246,9 +351,12 @@ __device__ int32_t id_of(u64 key, int id_bits) {
     return int32_t(m - uint32_t(key & m));
 }
 
-__global__ void __launch_bounds__(THREADS, 1) sample_kernel(sampling_batch b, int id_bits) {
+__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1)
+    sample_kernel(sampling_batch b, int id_bits) {
     __shared__ shared_t s;
-    const int r = blockIdx.x;
+    const cg::cluster_group cl = cg::this_cluster();
+    const int rank = int(cl.block_rank());
+    const int r = blockIdx.y;
     const sampling_row rp = b.rows[r];
     const cpu::row_sampling &p = rp.p;
     const int V = b.V;
@@ -256,6 +364,10 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(sampling_batch b, in
     float *work = static_cast<float *>(b.workspace) + int64_t(r) * padded(V);
     const uint32_t *mask = rp.has_mask ? b.allowed + int64_t(r) * b.mask_words : nullptr;
     const int covered = mask ? (int64_t(b.mask_words) * 32 < V ? b.mask_words * 32 : V) : V;
+    // This block's slice of the row; everything per element below touches only the slice.
+    const int chunk = ((V + CLUSTER - 1) / CLUSTER + 3) / 4 * 4;
+    const int sb = rank * chunk < V ? rank * chunk : V;
+    const slice_t sl{sb, sb + chunk < V ? sb + chunk : V};
 
     // Pass 0: mask, and the raw max the logprobs need. Without penalties it also finds the greedy
     // key or the scaled max, and a greedy row never writes the workspace.
@@ -265,7 +377,7 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(sampling_batch b, in
     const bool write_work = !p.greedy || penalize;
     float raw_max = NEG_INF, m = NEG_INF;
     u64 best = 0;
-    for_each(logits, V, [&](int i, float x) {
+    for_each(logits, sl, [&](int i, float x) {
         raw_max = fmaxf(raw_max, x);
         if (mask && (i >= covered || !((mask[i >> 5] >> (i & 31)) & 1u))) x = NEG_INF;
         if (write_work) work[i] = x;
@@ -281,14 +393,14 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(sampling_batch b, in
     if (penalize) {
         for (int j = threadIdx.x; j < rp.counts_len; j += THREADS) {
             const cpu::token_count tc = b.counts[rp.counts_begin + j];
-            if (tc.token >= 0 && tc.token < V)
+            if (tc.token >= sl.begin && tc.token < sl.end)
                 work[tc.token] = __fsub_rn(work[tc.token], __fadd_rn(__fmul_rn(float(tc.count), p.frequency_penalty),
                                                                       p.presence_penalty));
         }
         __syncthreads();
         best = 0;
         m = NEG_INF;
-        for_each(work, V, [&](int i, float x) {
+        for_each(work, sl, [&](int i, float x) {
             if (p.greedy) {
                 u64 k;
                 rv.key(i, x, k);
@@ -301,43 +413,30 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(sampling_batch b, in
 
     int32_t chosen = 0;
     if (p.greedy) {
-        best = reduce_u(s.tmp.ru).Reduce(best, max_op{});
-        if (threadIdx.x == 0) s.bcast_u = best;
-        __syncthreads();
-        chosen = id_of(s.bcast_u, id_bits);
+        chosen = id_of(cluster_max_u(s, cl, best), id_bits);
     } else {
-        m = reduce_f(s.tmp.rf).Reduce(m, max_op{});
-        if (threadIdx.x == 0) s.bcast_f = m;
-        __syncthreads();
-        m = s.bcast_f;
+        m = cluster_max(s, cl, m);
         if (m == NEG_INF) {
             chosen = 0;  // everything masked: the CPU's argmax of an all -inf row
         } else {
             v.m = m;
             v.floor = p.log_min_p > NEG_INF ? __fadd_rn(m, p.log_min_p) : NEG_INF;
             u64 cnt = 0, mass = 0;
-            for_each(work, V, [&](int i, float x) {
+            for_each(work, sl, [&](int i, float x) {
                 u64 k;
                 if (v.key(i, x, k)) {
                     cnt++;
                     mass += v.mass(x);
                 }
             });
-            cnt = reduce_u(s.tmp.ru).Sum(cnt);
-            __syncthreads();
-            mass = reduce_u(s.tmp.ru).Sum(mass);
-            if (threadIdx.x == 0) {
-                s.bcast_u = cnt;
-                s.bcast_u2 = mass;
-            }
-            __syncthreads();
-            cnt = s.bcast_u;
-            u64 total = s.bcast_u2;
+            cluster_sum2_u(s, cl, cnt, mass);
+            u64 total = mass;
             const int key_bits = 32 + id_bits;
-            const row_source<value_view> row_src{work, V, v};
+            const row_source<value_view> row_src{work, sl, v};
             const list_source list_src{&s};
             bool listed = false;
-            // Moves the candidates with key >= from (n of them, n <= LIST_CAP) to shared memory.
+            // Moves the candidates with key >= from (n of them in the row, n <= LIST_CAP) to
+            // shared memory: each block keeps the ones of its slice.
             auto to_list = [&](u64 from) {
                 if (threadIdx.x == 0) s.nlist = 0;
                 __syncthreads();
@@ -353,8 +452,8 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(sampling_batch b, in
                 listed = true;
             };
             auto select = [&](u64 from, bool by_mass, u64 target) {
-                return listed ? radix_select(s, list_src, key_bits, from, by_mass, true, target)
-                              : radix_select(s, row_src, key_bits, from, by_mass, true, target);
+                return listed ? radix_select(s, cl, list_src, key_bits, from, by_mass, true, target)
+                              : radix_select(s, cl, row_src, key_bits, from, by_mass, true, target);
             };
             u64 lo = 0;
             const bool use_k = p.top_k > 0 && u64(p.top_k) < cnt;
@@ -384,43 +483,46 @@ __global__ void __launch_bounds__(THREADS, 1) sample_kernel(sampling_batch b, in
             } else {
                 id_view iv;
                 static_cast<value_view &>(iv) = v;
-                const row_source<id_view> id_src{work, V, iv};
-                chosen = id_of(radix_select(s, id_src, id_bits, 0, true, true, target).key, id_bits);
+                const row_source<id_view> id_src{work, sl, iv};
+                chosen = id_of(radix_select(s, cl, id_src, id_bits, 0, true, true, target).key, id_bits);
             }
         }
     }
-    if (threadIdx.x == 0) b.tokens[r] = chosen;
+    if (rank == 0 && threadIdx.x == 0) b.tokens[r] = chosen;
     if (!rp.logprobs || (!b.logprob && !b.top_ids)) return;
 
     // Raw logprobs: log_softmax of the logits as produced (fp64 log-sum-exp, as the CPU).
-    float rm = reduce_f(s.tmp.rf).Reduce(raw_max, max_op{});
-    if (threadIdx.x == 0) s.bcast_f = rm;
-    __syncthreads();
-    rm = s.bcast_f;
+    const float rm = cluster_max(s, cl, raw_max);
     double sum = 0;
-    for_each(logits, V, [&](int, float x) { sum += exp(double(x) - double(rm)); });
-    sum = reduce_d(s.tmp.rd).Sum(sum);
-    if (threadIdx.x == 0) s.bcast_d = double(rm) + log(sum);
-    __syncthreads();
-    const double lse = s.bcast_d;
-    if (threadIdx.x == 0 && b.logprob) b.logprob[r] = float(double(logits[chosen]) - lse);
+    for_each(logits, sl, [&](int, float x) { sum += exp(double(x) - double(rm)); });
+    sum = cluster_sum_d(s, cl, sum);
+    const double lse = double(rm) + log(sum);
+    if (rank == 0 && threadIdx.x == 0 && b.logprob) b.logprob[r] = float(double(logits[chosen]) - lse);
     if (!b.top_ids) return;
     int k = rp.top_logprobs < 0 ? 0 : rp.top_logprobs;
     k = k > SAMPLING_MAX_TOP_LOGPROBS ? SAMPLING_MAX_TOP_LOGPROBS : k;
     k = k > V ? V : k;
     if (k > 0) {
-        const row_source<raw_view> raw_src{logits, V, rv};
-        const u64 kth = radix_select(s, raw_src, 32 + id_bits, 0, false, false, u64(k)).key;
+        const row_source<raw_view> raw_src{logits, sl, rv};
+        const u64 kth = radix_select(s, cl, raw_src, 32 + id_bits, 0, false, false, u64(k)).key;
         if (threadIdx.x == 0) s.nsel = 0;
         __syncthreads();
-        for_each(logits, V, [&](int i, float x) {
+        for_each(logits, sl, [&](int i, float x) {
             u64 key;
             rv.key(i, x, key);
-            if (key >= kth) s.sel[atomicAdd(&s.nsel, 1)] = key;  // exactly k: keys are unique
+            if (key >= kth) s.sel[atomicAdd(&s.nsel, 1)] = key;  // k in the row: keys are unique
         });
-        __syncthreads();
+        cl.sync();
+        if (rank == 0 && threadIdx.x == 0) {  // gather the other slices' picks after its own
+            int n = s.nsel;
+            for (int q = 1; q < CLUSTER; q++) {
+                const shared_t *rs = cl.map_shared_rank(&s, q);
+                for (int j = 0; j < rs->nsel && n < SAMPLING_MAX_TOP_LOGPROBS; j++) s.sel[n++] = rs->sel[j];
+            }
+        }
+        cl.sync();  // no block leaves while rank 0 reads its picks
     }
-    if (threadIdx.x == 0) {
+    if (rank == 0 && threadIdx.x == 0) {
         for (int i = 1; i < k; i++)  // at most 20: insertion sort, descending
             for (int j = i; j > 0 && s.sel[j] > s.sel[j - 1]; j--) {
                 const u64 t = s.sel[j];
@@ -451,7 +553,8 @@ Status run_sampling(const sampling_batch &b, cudaStream_t stream) {
     if (b.allowed && b.mask_words <= 0) return Status::invalid_argument("sampling: allowed needs mask_words > 0");
     int id_bits = 1;
     while ((int64_t(1) << id_bits) < b.V) id_bits++;
-    sample_kernel<<<b.B, THREADS, 0, stream>>>(b, id_bits);
+    if (b.B > 65535) return Status::invalid_argument("sampling: B must be <= 65535 (B " + std::to_string(b.B) + ")");
+    sample_kernel<<<dim3(CLUSTER, b.B), THREADS, 0, stream>>>(b, id_bits);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }

@@ -11,9 +11,11 @@
 // from the CPU's fp64 running sums only when the target lies within ~V * 2^-47 (1e-9) of the
 // total mass from a boundary between two candidates.
 //
-// One 512-thread block per row; the row is walked with radix selects over a unique 64-bit key
-// (value order bits, then the inverted id, so ties go to the lowest id) instead of a sort, and
-// once a filter leaves <= 512 candidates they move to shared memory for the remaining selects.
+// A cluster of eight 512-thread blocks per row (sm_90 distributed shared memory), each block a
+// slice; the row is walked with radix selects over a unique 64-bit key (value order bits, then
+// the inverted id, so ties go to the lowest id) instead of a sort, and once a filter leaves <= 512
+// candidates they move to shared memory for the remaining selects. All sums across blocks are
+// integers or fp64 partials taken in a fixed order, so the split changes no result.
 #pragma once
 
 #include <cuda_runtime.h>
