@@ -30,7 +30,7 @@
 #include "engine/mhc.h"
 #include "engine/output_projection.h"
 #include "engine/rope.h"
-#include "engine/topk.h"
+#include "engine/v41_steps.h"
 #include "experts/routed_experts.h"
 
 namespace ds41rt::engine {
@@ -43,8 +43,6 @@ using cpu::round_bf16_if;
 using cpu::swiglu_expert;
 
 namespace {
-
-constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
 
 // ---- weights ------------------------------------------------------------------------------------
 // Resolved once at load, as fp32 (dequantized from whatever the checkpoint stores).
@@ -197,28 +195,7 @@ private:
             }
         }
         linear(rows.data(), L.e_wkv, kv.data(), S, out_w, in_w, lin::FP8);
-        const float *q = L.e_q.f(), *kw = L.e_k.f();
-        const float eps = c_.norm_eps;
-        for (int64_t s = 0; s < S; s++) {
-            const float *key = kv.data() + s * out_w, *value = key + hc * D;
-            for (int j = 0; j < hc; j++) {
-                float *h = X.data() + (s * hc + j) * D;
-                const float *kj = key + j * D;
-                double hh = 0, kk = 0;
-                for (int64_t d = 0; d < D; d++) {
-                    hh += double(h[d]) * h[d];
-                    kk += double(kj[d]) * kj[d];
-                }
-                float rstd = (1.0f / std::sqrt(float(hh / double(D)) + eps)) *
-                             (1.0f / std::sqrt(float(kk / double(D)) + eps));
-                double acc = 0;
-                for (int64_t d = 0; d < D; d++) acc += double(h[d]) * (q[j * D + d] * kw[j * D + d]) * kj[d];
-                const float dot = float(acc) * rstd * (1.0f / std::sqrt(float(D)));
-                float g = cpu::sigmoid(std::copysign(std::sqrt(std::max(std::fabs(dot), 1e-6f)), dot));
-                for (int64_t d = 0; d < D; d++) h[d] = h[d] + g * value[d];
-                rb(h, D);
-            }
-        }
+        v41::engram_gate(X.data(), kv.data(), L.e_q.f(), L.e_k.f(), S, hc, D, c_.norm_eps, official_);
     }
 
     // ---- attention (spec 4.3-4.8) ----------------------------------------------------------------
@@ -270,22 +247,7 @@ private:
         src.n_buf += S;
         const int64_t groups = src.n_buf / ratio;
         std::vector<float> latent(groups * hd);
-        for (int64_t g = 0; g < groups; g++)
-            for (int64_t ch = 0; ch < hd; ch++) {
-                // Softmax over the group's tokens, independently per channel, in fp32.
-                float mx = NEG_INF;
-                for (int t = 0; t < ratio; t++) mx = std::max(mx, src.buf_gate[size_t((g * ratio + t) * hd + ch)]);
-                float den = 0, num = 0;
-                for (int t = 0; t < ratio; t++) {
-                    float e = std::exp(src.buf_gate[size_t((g * ratio + t) * hd + ch)] - mx);
-                    den += e;
-                }
-                for (int t = 0; t < ratio; t++) {
-                    float e = std::exp(src.buf_gate[size_t((g * ratio + t) * hd + ch)] - mx) / den;
-                    num += src.buf_kv[size_t((g * ratio + t) * hd + ch)] * e;
-                }
-                latent[size_t(g * hd + ch)] = num;
-            }
+        v41::compress_pool(src.buf_kv.data(), src.buf_gate.data(), groups, ratio, hd, latent.data());
         const size_t used = size_t(groups * ratio * hd);
         src.buf_kv.erase(src.buf_kv.begin(), src.buf_kv.begin() + long(used));
         src.buf_gate.erase(src.buf_gate.begin(), src.buf_gate.begin() + long(used));
@@ -293,12 +255,6 @@ private:
         rb(latent.data(), groups * hd);
         norm(latent.data(), L.c_norm, groups, hd);
         return latent;
-    }
-
-    // Top-k of the indexer and candidate blocks: transformers' tie order in TRANSFORMERS numerics;
-    // in OFFICIAL numerics (bf16 scores, frequent ties) ties go to the lower index.
-    std::vector<int64_t> select(const float *v, int64_t n, int64_t k) const {
-        return official_ ? top_indices_ordered(v, n, k) : top_indices(v, n, k);
     }
 
     // The lightning indexer of an index source (spec 4.6, 4.7). Publishes index keys (owners),
@@ -330,62 +286,21 @@ private:
         rope(q.data(), S * ih, ihd, qpos.data(), rope_compress_, false);
         if (ihd % 32 == 0) cpu::fake_quant_fp4_ue8m0(q.data(), S * ih, ihd, 32);
         linear(x, L.i_weights_proj, w.data(), S, ih, c_.dim, lin::BF16);
-        const float qk_scale = 1.0f / std::sqrt(float(ihd)), head_scale = 1.0f / std::sqrt(float(ih));
-
         std::vector<float> scores(S * T);
-        parallel_for(S, [&](int64_t s0, int64_t s1) {
-            for (int64_t s = s0; s < s1; s++) {
-                const int64_t visible = (p0 + s + 1) / ratio;
-                for (int64_t t = 0; t < T; t++) {
-                    if (t >= visible) {
-                        scores[size_t(s * T + t)] = NEG_INF;
-                        continue;
-                    }
-                    const float *kt = src.index_keys.data() + t * ihd;
-                    float acc = 0;
-                    for (int64_t h = 0; h < ih; h++) {
-                        const float *qh = q.data() + (s * ih + h) * ihd;
-                        const float dot = cpu::dot(qh, kt, ihd);
-                        if (official_) {
-                            // The reference's bf16 einsum, relu, weight product and head sum, with
-                            // both scales folded into the weights (spec 4.6 item 4).
-                            float wh = round_bf16(w[size_t(s * ih + h)] * (qk_scale * head_scale));
-                            acc += round_bf16(std::max(round_bf16(dot), 0.0f) * wh);
-                        } else {
-                            acc += std::max(dot, 0.0f) * qk_scale * (w[size_t(s * ih + h)] * head_scale);
-                        }
-                    }
-                    scores[size_t(s * T + t)] = official_ ? round_bf16(acc) : acc;
-                }
-            }
-        });
+        v41::index_scores(q.data(), src.index_keys.data(), w.data(), S, T, ih, ihd, p0, ratio, official_, scores.data());
 
         if (layer == c_.candidate_source_layer) {
-            // Level one (spec 4.7): best blocks of candidate_block_size positions; the block
-            // holding the newest visible position is pinned in.
-            const int64_t bs = c_.candidate_block_size, nb = (T + bs - 1) / bs;
             sh.has_candidates = true;
-            sh.candidates.assign(S, std::vector<uint8_t>(size_t(T), 0));
-            for (int64_t s = 0; s < S; s++) {
-                std::vector<float> bscore(nb, NEG_INF);
-                for (int64_t t = 0; t < T; t++)
-                    bscore[size_t(t / bs)] = std::max(bscore[size_t(t / bs)], scores[size_t(s * T + t)]);
-                const int64_t visible = (p0 + s + 1) / ratio;
-                if (visible >= 1) bscore[size_t((visible - 1) / bs)] = std::numeric_limits<float>::infinity();
-                for (int64_t b : select(bscore.data(), nb, std::min<int64_t>(c_.candidate_topk_blocks, nb)))
-                    for (int64_t t = b * bs; t < std::min(T, (b + 1) * bs); t++) sh.candidates[size_t(s)][size_t(t)] = 1;
-            }
+            sh.candidates = v41::candidate_mask(c_, scores.data(), S, T, p0, ratio, official_);
         } else if (c_.candidate_source_layer >= 0 && layer > c_.candidate_source_layer && sh.has_candidates) {
-            for (int64_t s = 0; s < S; s++)
-                for (int64_t t = 0; t < T; t++)
-                    if (!sh.candidates[size_t(s)][size_t(t)]) scores[size_t(s * T + t)] = NEG_INF;
+            v41::apply_candidate_mask(sh.candidates, S, T, scores.data());
         }
 
         const int64_t k = std::min<int64_t>(c_.index_topk, T);
         sh.has_topk = true;
         sh.topk.assign(size_t(S), {});
         for (int64_t s = 0; s < S; s++)
-            for (int64_t t : select(scores.data() + s * T, T, k)) sh.topk[size_t(s)].push_back(int32_t(t));
+            for (int64_t t : v41::select_top(scores.data() + s * T, T, k, official_)) sh.topk[size_t(s)].push_back(int32_t(t));
     }
 
     void attention(const layer_weights &L, int layer, sequence_state &st, const float *x, int64_t p0, int64_t S,
@@ -490,30 +405,10 @@ private:
     }
 
     Status moe(const layer_weights &L, int layer, const float *x, int64_t S, float *out) const {
-        const int64_t D = c_.dim, E = c_.n_routed_experts, K = c_.n_activated_experts;
-        std::vector<float> logits(S * E);
-        cpu::matmul_nt(x, L.gate_w.f(), logits.data(), S, E, D);
-        cpu::route_table rt;
-        rt.offsets.push_back(0);
-        const float *bias = L.gate_bias.f();
-        for (int64_t s = 0; s < S; s++) {
-            std::vector<float> score(E), biased(E);
-            for (int64_t e = 0; e < E; e++) {
-                float v = logits[size_t(s * E + e)] / c_.gate_temp;
-                float sp = v > 20.0f ? v : std::log1p(std::exp(v));  // torch softplus threshold
-                score[size_t(e)] = std::sqrt(sp);
-                biased[size_t(e)] = score[size_t(e)] + bias[e];
-            }
-            std::vector<int64_t> sel = top_indices(biased.data(), E, K);
-            float sum = 0;
-            for (int64_t e : sel) sum += score[size_t(e)];
-            for (int64_t e : sel) {
-                float wgt = score[size_t(e)];
-                if (c_.norm_topk_prob && K > 1) wgt = wgt / (sum + 1e-20f);
-                rt.routes.push_back({uint32_t(e), wgt * c_.route_scale});
-            }
-            rt.offsets.push_back(uint32_t(rt.routes.size()));
-        }
+        const int64_t D = c_.dim;
+        std::vector<float> logits(S * c_.n_routed_experts);
+        cpu::matmul_nt(x, L.gate_w.f(), logits.data(), S, c_.n_routed_experts, D);
+        const cpu::route_table rt = v41::route(c_, logits.data(), L.gate_bias.f(), S);
         // fp32 accumulator: the routed experts (local or remote, summed per row in increasing
         // expert id; TP partials in rank order), then the shared one; one rounding.
         // The shared expert runs while a remote layer's ranks work (start .. finish).
