@@ -2,7 +2,7 @@
 // v41_model.cpp compress() (a member of the engine, not callable alone; its loop is repeated
 // here as written there). Shapes: V4.1 (ratio 2, head_dim 512) at decode (one group) and at a
 // 16384-token prefill (8192 groups), the fixture (head_dim 64, 3 groups), and ratio 4.
-// Metric: |d| <= 2^-21 * sum_t |kv_t| (four ulp of the largest term's scale; the softmax
+// Metric: |d| <= 2^-20 * sum_t |kv_t| (a few ulp of the terms' scale; the softmax
 // weights are <= 1): the fp32 steps are the host's, but exp is fp64-rounded on the GPU where
 // the host calls glibc's expf (~6e-4 of arguments differ by an ulp). With bf16 output: within
 // one bf16 ulp (2^-7 relative). Bit mismatches are printed; latent is poisoned with NaN.
@@ -65,8 +65,8 @@ protected:
                     double scale = 0;
                     for (int t = 0; t < ratio; t++) scale += std::fabs(kv[size_t((g * ratio + t) * hd + ch)]);
                     const double d = std::fabs(double(got[i]) - want);
-                    const double tol = rb ? std::ldexp(std::fabs(double(want)), -7) + std::ldexp(scale, -21)
-                                          : std::ldexp(scale, -21);
+                    const double tol = rb ? std::ldexp(std::fabs(double(want)), -7) + std::ldexp(scale, -20)
+                                          : std::ldexp(scale, -20);
                     EXPECT_LE(d, tol) << "latent[" << g << ", " << ch << "] ratio " << ratio << (rb ? " bf16" : "");
                     bits += f32_bits(got[i]) != f32_bits(want);
                     worst = std::max(worst, d / std::max(scale, 1e-30));

@@ -29,7 +29,9 @@ struct index_score_params {
 // OFFICIAL bf16(max(bf16(dot), 0) * bf16(w * (qk_scale * head_scale))) summed in fp32 and
 // rounded to bf16. Each dot is cpu::dot's (fp64 sum in channel order, one rounding). -inf
 // where t >= (p0 + s + 1) / ratio. q: [S, ih, ihd]; keys: [T, ihd]; w: [S, ih]; scores: [S, T].
-// Graph-replayable: yes (p0 is baked per launch; a replayed decode step patches it).
+// Graph-replayable: yes (p0 is baked per launch; a replayed decode step patches it). The first
+// call per head tiling reads the device's shared-memory limit and raises the kernel's (host
+// calls, no stream work); make it once before capturing a graph.
 Status index_scores(const float *q, const float *keys, const float *w, const index_score_params &p, float *scores,
                     cudaStream_t stream);
 
