@@ -47,9 +47,15 @@ __device__ select_threshold block_select(const Load &load, int64_t n, uint32_t k
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int i = threadIdx.x; i < 256; i += blockDim.x) sm.hist[i] = 0;
         __syncthreads();
-        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-            const uint32_t key = order_key(load(i));
-            if ((key & mask) == prefix) atomicAdd(&sm.hist[(key >> shift) & 0xffu], 1u);
+        for (int64_t i0 = 0; i0 < n; i0 += blockDim.x) {  // the same trip count in every lane
+            const int64_t i = i0 + threadIdx.x;
+            const uint32_t key = i < n ? order_key(load(i)) : 0u;
+            // Lanes with the same bin add once (the top byte, sign and exponent, takes only a
+            // few values in a real row, so plain atomics would serialize on them); 256 marks
+            // lanes past n or outside the prefix.
+            const uint32_t bin = i < n && (key & mask) == prefix ? (key >> shift) & 0xffu : 256u;
+            const uint32_t peers = __match_any_sync(0xffffffffu, bin);
+            if (bin < 256u && (threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&sm.hist[bin], uint32_t(__popc(peers)));
         }
         __syncthreads();
         if (threadIdx.x < 32) {
