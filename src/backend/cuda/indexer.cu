@@ -8,9 +8,11 @@
 // keys are re-read from L2 by each row's blocks). fp64 is the price of cpu::dot's fp64 sum
 // in channel order: the products of two floats are exact in fp64, so fma(q, k, acc) rounds
 // exactly as the host's acc + double(q) * k does, and the sum order is the host's. (Both
-// numerics FP4-quantize q and the keys, so the products are exact even in fp32, but an fp32
-// or tensor-core sum is exact only when a row's block scales are close; a faster variant must
-// first show equality on real activations.)
+// numerics FP4-quantize q and the keys before this: twice their E2M1 codes are integers in
+// [-12, 12], so each 32-channel block's dot is an exact int8 tensor-core product (|sum| <= 4608)
+// times the two blocks' power-of-two scales, and the four block terms add exactly in fp64 while
+// the scales of one vector span fewer than ~40 binades; that path would be ~30x faster and equal
+// to the host's, but needs the grid checked or guaranteed by the caller. Not done yet.)
 // Layout: one block per (128 keys, query row); the row's q (as fp64) and the keys' tile
 // (transposed, pitch 129: conflict-free) sit in shared memory; a thread owns one key and
 // keeps HT heads' fp64 sums in flight (independent FMA chains), each q pair a 16-byte
