@@ -1,0 +1,139 @@
+// Lightning-indexer scores (engine v41_model.cpp indexer(), the score loop), bit for bit.
+//
+// Shapes: q [S, ih, ihd] fp32, keys [T, ihd] fp32, w [S, ih] fp32, scores [S, T] fp32.
+// Cost (V4.1: ih 32, ihd 128): reads T * 512 B of keys (33.5 MB at T = 65536) plus 16 KB of q per
+// row, writes 4 S T; 2 S T ih ihd FLOPs, done in fp64: 0.54 GFLOP per query row at T = 65536.
+// Bound: the fp64 pipe (~34 TFLOP/s on the H200, non-tensor): ~16 us per query row at
+// T = 65536 against ~8 us of key bytes at ~4.3 TB/s, so compute-bound from S = 1 (S = 16: ~0.26 ms;
+// keys are re-read from L2 by each row's blocks). fp64 is the price of cpu::dot's fp64 sum
+// in channel order: the products of two floats are exact in fp64, so fma(q, k, acc) rounds
+// exactly as the host's acc + double(q) * k does, and the sum order is the host's. (Both
+// numerics FP4-quantize q and the keys before this: twice their E2M1 codes are integers in
+// [-12, 12], so each 32-channel block's dot is an exact int8 tensor-core product (|sum| <= 4608)
+// times the two blocks' power-of-two scales, and the four block terms add exactly in fp64 while
+// the scales of one vector span fewer than ~40 binades; that path would be ~30x faster and equal
+// to the host's, but needs the grid checked or guaranteed by the caller. Not done yet.)
+// Layout: one block per (128 keys, query row); the row's q (as fp64) and the keys' tile
+// (transposed, pitch 129: conflict-free) sit in shared memory; a thread owns one key and
+// keeps HT heads' fp64 sums in flight (independent FMA chains), each q pair a 16-byte
+// broadcast read. Heads are added to the fp32 score in ascending order, as the host does.
+// Graph-replayable: yes. Test: tests/cuda/indexer_test.cpp, bit-exact against the host loop.
+#include "backend/cuda/indexer.cuh"
+
+#include <string>
+
+#include "backend/cuda/cuda_status.h"
+#include "backend/cuda/numerics.cuh"
+
+namespace ds41rt::backend::cuda {
+
+namespace {
+
+constexpr int BT = 128;  // keys per block = threads per block
+constexpr int PITCH = BT + 1;
+
+size_t smem_bytes(const index_score_params &p) {
+    return size_t(p.ih) * p.ihd * 8 + size_t(p.ihd) * PITCH * 4 + size_t(p.ih) * 4;
+}
+
+__device__ __forceinline__ float relu_host(float d) { return d < 0.0f ? 0.0f : d; }  // std::max(d, 0.0f)
+
+template <int HT>
+__global__ void __launch_bounds__(BT) index_scores_kernel(const float *q, const float *keys, const float *w,
+                                                          index_score_params p, float *scores) {
+    extern __shared__ __align__(16) double smem[];
+    const int ih = p.ih, ihd = p.ihd, tid = threadIdx.x;
+    double *qd = smem;                                         // [ih, ihd]
+    float *ks = reinterpret_cast<float *>(qd + size_t(ih) * ihd);  // [ihd, PITCH]
+    float *ws = ks + size_t(ihd) * PITCH;                      // [ih], the head weights as the branch uses them
+    const int64_t s = blockIdx.y, t0 = int64_t(blockIdx.x) * BT, t = t0 + tid, T = p.T;
+    const int64_t visible = (p.p0 + s + 1) / p.ratio;
+    float *out = scores + s * T;
+    const float NEG_INF = -__int_as_float(0x7f800000);
+    if (t0 >= visible) {  // the whole tile is masked (uniform over the block)
+        if (t < T) out[t] = NEG_INF;
+        return;
+    }
+    const float *qs = q + s * ih * ihd;
+    for (int i = tid; i < ih * ihd; i += BT) qd[i] = double(qs[i]);
+    for (int h = tid; h < ih; h += BT) {
+        const float wv = w[s * ih + h];
+        ws[h] = p.official ? dev::round_bf16(__fmul_rn(wv, __fmul_rn(p.qk_scale, p.head_scale)))
+                           : __fmul_rn(wv, p.head_scale);
+    }
+    for (int e = tid; e < BT * ihd; e += BT) {
+        const int r = e / ihd, c = e % ihd;
+        ks[c * PITCH + r] = t0 + r < T ? keys[(t0 + r) * ihd + c] : 0.0f;
+    }
+    __syncthreads();
+    if (t >= T) return;
+    if (t >= visible) {
+        out[t] = NEG_INF;
+        return;
+    }
+    float acc = 0.0f;
+    for (int h0 = 0; h0 < ih; h0 += HT) {
+        double d[HT];
+#pragma unroll
+        for (int hh = 0; hh < HT; hh++) d[hh] = 0.0;
+        for (int i = 0; i < ihd; i += 2) {
+            const double k0 = ks[i * PITCH + tid], k1 = ks[(i + 1) * PITCH + tid];
+#pragma unroll
+            for (int hh = 0; hh < HT; hh++) {
+                const double2 qq = *reinterpret_cast<const double2 *>(qd + (h0 + hh) * ihd + i);
+                d[hh] = fma(qq.x, k0, d[hh]);
+                d[hh] = fma(qq.y, k1, d[hh]);
+            }
+        }
+#pragma unroll
+        for (int hh = 0; hh < HT; hh++) {
+            const float dot = float(d[hh]), wh = ws[h0 + hh];
+            if (p.official)
+                acc = __fadd_rn(acc, dev::round_bf16(__fmul_rn(relu_host(dev::round_bf16(dot)), wh)));
+            else
+                acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(relu_host(dot), p.qk_scale), wh));
+        }
+    }
+    out[t] = p.official ? dev::round_bf16(acc) : acc;
+}
+
+template <int HT>
+Status launch(const float *q, const float *keys, const float *w, const index_score_params &p, float *scores,
+              cudaStream_t stream) {
+    static const int optin = [] {
+        int dev = 0, v = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        cudaFuncSetAttribute(index_scores_kernel<HT>, cudaFuncAttributeMaxDynamicSharedMemorySize, v);
+        return v;
+    }();
+    const size_t smem = smem_bytes(p);
+    if (smem > size_t(optin))
+        return Status::not_supported("index_scores: ih " + std::to_string(p.ih) + " x ihd " + std::to_string(p.ihd) +
+                                     " needs " + std::to_string(smem) + " bytes of shared memory, the device allows " +
+                                     std::to_string(optin));
+    const dim3 grid(unsigned((p.T + BT - 1) / BT), unsigned(p.S));
+    index_scores_kernel<HT><<<grid, BT, smem, stream>>>(q, keys, w, p, scores);
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return Status::ok();
+}
+
+}  // namespace
+
+Status index_scores(const float *q, const float *keys, const float *w, const index_score_params &p, float *scores,
+                    cudaStream_t stream) {
+    if (p.S < 0 || p.S > 65535 || p.T < 0 || p.ih < 1 || p.ihd < 2 || p.ihd % 2 != 0 || p.p0 < 0 || p.ratio < 1)
+        return Status::invalid_argument("index_scores: S " + std::to_string(p.S) + " (<= 65535), T " +
+                                        std::to_string(p.T) + ", ih " + std::to_string(p.ih) + ", ihd " +
+                                        std::to_string(p.ihd) + " (even), p0 " + std::to_string(p.p0) + ", ratio " +
+                                        std::to_string(p.ratio));
+    if (p.S == 0 || p.T == 0) return Status::ok();
+    if (!q || !keys || !w || !scores) return Status::invalid_argument("index_scores: null q, keys, w or scores");
+    // Heads in flight per thread: as many as divide ih, up to 8.
+    if (p.ih % 8 == 0) return launch<8>(q, keys, w, p, scores, stream);
+    if (p.ih % 4 == 0) return launch<4>(q, keys, w, p, scores, stream);
+    if (p.ih % 2 == 0) return launch<2>(q, keys, w, p, scores, stream);
+    return launch<1>(q, keys, w, p, scores, stream);
+}
+
+}  // namespace ds41rt::backend::cuda

@@ -1,0 +1,38 @@
+// The V4.1 lightning indexer's scores on the GPU (spec 4.6 items 4-5; engine v41_model.cpp
+// indexer()): for S query rows, a score per index key, summed over the indexer heads. The
+// projections, RoPE and FP4 fake-quant of q and the keys come before it; the candidate mask
+// (candidate_mask.cuh) and top-k (topk.cuh) after it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace ds41rt::backend::cuda {
+
+struct index_score_params {
+    int64_t S = 0;  // query rows
+    int64_t T = 0;  // index keys of the source
+    int ih = 0;     // indexer heads (V4.1 32)
+    int ihd = 0;    // indexer head dim (V4.1 128), even
+    int64_t p0 = 0;  // position of query row 0; row s sees keys t < (p0 + s + 1) / ratio
+    int ratio = 1;
+    float qk_scale = 1.0f;    // ihd^-0.5
+    float head_scale = 1.0f;  // ih^-0.5
+    bool official = false;    // OFFICIAL's bf16 roundings; else TRANSFORMERS' fp32
+};
+
+// scores[s, t] = sum over h (ascending) of relu(q[s, h] . k[t]) weighted by w[s, h], with the
+// host's two numerics branches: TRANSFORMERS fp32 max(dot, 0) * qk_scale * (w * head_scale);
+// OFFICIAL bf16(max(bf16(dot), 0) * bf16(w * (qk_scale * head_scale))) summed in fp32 and
+// rounded to bf16. Each dot is cpu::dot's (fp64 sum in channel order, one rounding). -inf
+// where t >= (p0 + s + 1) / ratio. q: [S, ih, ihd]; keys: [T, ihd]; w: [S, ih]; scores: [S, T].
+// Graph-replayable: yes (p0 is baked per launch; a replayed decode step patches it). The first
+// call per head tiling reads the device's shared-memory limit and raises the kernel's (host
+// calls, no stream work); make it once before capturing a graph.
+Status index_scores(const float *q, const float *keys, const float *w, const index_score_params &p, float *scores,
+                    cudaStream_t stream);
+
+}  // namespace ds41rt::backend::cuda

@@ -1,0 +1,106 @@
+// V4.1 routing from gate logits: sqrt-softplus scores, top-k of the biased scores with
+// lower-index ties, normalized and scaled weights (engine v41_model.cpp moe(), spec 4.10).
+//
+// Shapes: logits [S, E] fp32, bias [E], ids [S, k] int32, weights [S, k] fp32.
+// Cost at V4.1 decode (S 16, E 384, k 6): reads 24.6 KB + 1.5 KB, writes 768 B; 2 fp64
+// transcendentals per logit. Launch-bound (a few us); prefill (S 16384): 25 MB read, ~6 us of
+// HBM time, the fp64 exp / log1p (~30 fp64 ops each, 2 x 6.3 M) about as much.
+// Numerics: the host's fp32 steps in its order without contraction (division by gate_temp,
+// sqrt, bias add, the pick-order sum, division, scale). exp and log1p are evaluated in fp64 and
+// rounded once (correctly rounded but for rare double-rounding cases); the host calls glibc's
+// expf (within ~0.5 ulp) and log1pf (within ~1 ulp, a different float in ~1% of arguments
+// measured on glibc 2.36), so a score can differ from the host's by an ulp and a weight by a
+// few. Selection order among equal biased scores: lower id (torch's order for the host's
+// top_indices is not reproducible; equal fp32 scores do not occur with real logits).
+// One warp per token, its E scores in shared memory; k rounds of a warp argmax.
+// Graph-replayable: yes. Test: tests/cuda/router_test.cpp, ids equal, weights within 4 ulp.
+#include "backend/cuda/router.cuh"
+
+#include <string>
+
+#include "backend/cuda/cuda_status.h"
+
+namespace ds41rt::backend::cuda {
+
+namespace {
+
+constexpr int WARPS = 4;
+constexpr int MAX_E = 1024, MAX_K = 32;
+
+__device__ __forceinline__ bool better(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
+
+__global__ void route_kernel(const float *logits, const float *bias, int64_t S, router_params p, int32_t *ids,
+                             float *weights) {
+    extern __shared__ float smem[];  // per warp: score [E], biased [E]
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, E = p.n_experts;
+    const int64_t s = int64_t(blockIdx.x) * WARPS + warp;
+    if (s >= S) return;
+    float *score = smem + size_t(warp) * 2 * E, *biased = score + E;
+    for (int e = lane; e < E; e += 32) {
+        const float v = __fdiv_rn(logits[s * E + e], p.gate_temp);
+        const float sp = v > 20.0f ? v : float(log1p(double(float(exp(double(v))))));
+        score[e] = __fsqrt_rn(sp);
+        biased[e] = __fadd_rn(score[e], bias[e]);
+    }
+    __syncwarp();
+    uint32_t taken = 0;  // bit j: element lane + 32 j picked
+    int pick[MAX_K];
+    float sum = 0.0f;
+    for (int r = 0; r < p.k; r++) {
+        float bv = -__int_as_float(0x7f800000);
+        int bi = 0x7fffffff;
+        for (int j = 0, e = lane; e < E; j++, e += 32)
+            if (!(taken >> j & 1u) && better(biased[e], e, bv, bi)) {
+                bv = biased[e];
+                bi = e;
+            }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (better(ov, oi, bv, bi)) {
+                bv = ov;
+                bi = oi;
+            }
+        }
+        const bool found = bi < E;  // false only when every remaining score is NaN
+        if (found && (bi & 31) == lane) taken |= 1u << (bi >> 5);
+        const bool real = found && bv != -__int_as_float(0x7f800000);
+        pick[r] = real ? bi : -1;
+        if (real) sum = __fadd_rn(sum, score[bi]);  // the host sums in pick order
+    }
+    if (lane != 0) return;
+    const bool norm = p.norm_topk_prob && p.k > 1;
+    const float den = __fadd_rn(sum, 1e-20f);
+    for (int r = 0; r < p.k; r++) {
+        const int e = pick[r];
+        float w = 0.0f;
+        if (e >= 0) {
+            w = score[e];
+            if (norm) w = __fdiv_rn(w, den);
+            w = __fmul_rn(w, p.route_scale);
+        }
+        ids[s * p.k + r] = e;
+        weights[s * p.k + r] = w;
+    }
+}
+
+}  // namespace
+
+Status route_topk(const float *logits, const float *bias, int64_t S, const router_params &p, int32_t *ids,
+                  float *weights, cudaStream_t stream) {
+    if (S < 0 || p.n_experts < 1 || p.n_experts > MAX_E || p.k < 1 || p.k > MAX_K || p.k > p.n_experts ||
+        !(p.gate_temp > 0))
+        return Status::invalid_argument("route_topk: S " + std::to_string(S) + ", n_experts " +
+                                        std::to_string(p.n_experts) + " (1.." + std::to_string(MAX_E) + "), k " +
+                                        std::to_string(p.k) + " (1.." + std::to_string(MAX_K) + ", <= n_experts), gate_temp " +
+                                        std::to_string(p.gate_temp) + " (> 0)");
+    if (S == 0) return Status::ok();
+    if (!logits || !bias || !ids || !weights) return Status::invalid_argument("route_topk: null logits, bias, ids or weights");
+    const size_t smem = size_t(WARPS) * 2 * size_t(p.n_experts) * sizeof(float);  // <= 32 KB
+    route_kernel<<<unsigned((S + WARPS - 1) / WARPS), WARPS * 32, smem, stream>>>(logits, bias, S, p, ids, weights);
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return Status::ok();
+}
+
+}  // namespace ds41rt::backend::cuda

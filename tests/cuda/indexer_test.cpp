@@ -1,0 +1,155 @@
+// GPU indexer scores (backend/cuda/indexer) against the score loop of engine v41_model.cpp
+// indexer() (a member of the engine, not callable alone: the loop is repeated here as written
+// there, with backend/cpu's own dot and core's round_bf16), both numerics branches.
+// Shapes: V4.1 (32 heads of 128, ratio 1 as at layer 20) at decode (1 and 16 query rows) and
+// T = 8192 / 65536 keys, ratio 2 with a partly visible tail, 64 heads (the largest shared-memory
+// tile), and the fixture (4 heads of 32, 5 keys). q and the keys are FP4-fake-quantized as the
+// engine does (cpu::fake_quant_fp4_ue8m0, block 32) or left as random fp32 (a harder case for
+// the sum order). Metric: bit-exact, -inf entries included; the GPU sums each dot in fp64 in the
+// host's channel order and the heads in the host's order, without contraction. scores are
+// poisoned with NaN.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/indexer.cuh"
+#include "small_ops_util.h"
+
+using namespace ds41rt;
+using namespace ds41rt::backend;
+using testing_util::dev_vec;
+
+namespace {
+
+// v41_model.cpp indexer(): the score of every (query row, key).
+std::vector<float> host_scores(const std::vector<float> &q, const std::vector<float> &keys, const std::vector<float> &w,
+                               const cuda::index_score_params &p) {
+    const int64_t S = p.S, T = p.T, ih = p.ih, ihd = p.ihd;
+    const float qk_scale = p.qk_scale, head_scale = p.head_scale;
+    std::vector<float> scores(size_t(S * T));
+    for (int64_t s = 0; s < S; s++) {
+        const int64_t visible = (p.p0 + s + 1) / p.ratio;
+        for (int64_t t = 0; t < T; t++) {
+            if (t >= visible) {
+                scores[size_t(s * T + t)] = -std::numeric_limits<float>::infinity();
+                continue;
+            }
+            const float *kt = keys.data() + t * ihd;
+            float acc = 0;
+            for (int64_t h = 0; h < ih; h++) {
+                const float *qh = q.data() + (s * ih + h) * ihd;
+                const float dot = cpu::dot(qh, kt, ihd);
+                if (p.official) {
+                    float wh = round_bf16(w[size_t(s * ih + h)] * (qk_scale * head_scale));
+                    acc += round_bf16(std::max(round_bf16(dot), 0.0f) * wh);
+                } else {
+                    acc += std::max(dot, 0.0f) * qk_scale * (w[size_t(s * ih + h)] * head_scale);
+                }
+            }
+            scores[size_t(s * T + t)] = p.official ? round_bf16(acc) : acc;
+        }
+    }
+    return scores;
+}
+
+class CudaIndexer : public testing_util::CudaOps {
+protected:
+    void check(int64_t S, int64_t T, int ih, int ihd, int ratio, int64_t p0, bool quant, uint32_t seed,
+               bool time = false) {
+        cuda::index_score_params p;
+        p.S = S;
+        p.T = T;
+        p.ih = ih;
+        p.ihd = ihd;
+        p.ratio = ratio;
+        p.p0 = p0;
+        p.qk_scale = 1.0f / std::sqrt(float(ihd));
+        p.head_scale = 1.0f / std::sqrt(float(ih));
+        std::vector<float> q = testing_util::random_normal(size_t(S * ih * ihd), seed);
+        std::vector<float> keys = testing_util::random_normal(size_t(T * ihd), seed + 1);
+        std::vector<float> w = testing_util::random_normal(size_t(S * ih), seed + 2);
+        if (quant) {
+            cpu::fake_quant_fp4_ue8m0(q.data(), S * ih, ihd, 32);
+            cpu::fake_quant_fp4_ue8m0(keys.data(), T, ihd, 32);
+        }
+        dev_vec<float> dq(q), dk(keys), dw(w), ds(size_t(S * T));
+        for (bool official : {false, true}) {
+            p.official = official;
+            if (official) {  // the host holds OFFICIAL's keys and weights in bf16
+                for (auto &v : keys) v = round_bf16(v);
+                for (auto &v : w) v = round_bf16(v);
+                dk.upload(keys);
+                dw.upload(w);
+            }
+            const std::vector<float> ref = host_scores(q, keys, w, p);
+            ds.poison();
+            ASSERT_TRUE(cuda::index_scores(dq.p, dk.p, dw.p, p, ds.p, nullptr).is_ok());
+            const std::string what = "index_scores S " + std::to_string(S) + " T " + std::to_string(T) + " ih " +
+                                     std::to_string(ih) + " ratio " + std::to_string(ratio) +
+                                     (quant ? " fp4" : " fp32") + (official ? " official" : " transformers");
+            const size_t bad = testing_util::bit_mismatches(ds.download(), ref, what);
+            size_t masked = 0;
+            for (float v : ref) masked += std::isinf(v);
+            std::printf("[ info ] %s: %zu bit mismatches of %zu (%zu masked)\n", what.c_str(), bad, ref.size(), masked);
+            if (time)
+                testing_util::print_timing(what, double(T * ihd * 4 + S * ih * ihd * 4 + S * T * 4),
+                                           [&] { (void)cuda::index_scores(dq.p, dk.p, dw.p, p, ds.p, nullptr); }, 20);
+        }
+    }
+};
+
+TEST_F(CudaIndexer, V41Decode) {
+    check(1, 65536, 32, 128, 1, 65535, true, 1, true);
+    check(16, 8192, 32, 128, 1, 8176, true, 2, true);
+    check(2, 65536, 32, 128, 1, 65534, false, 3);
+}
+
+TEST_F(CudaIndexer, RatioTwoPartlyVisibleAndWideHeads) {
+    check(16, 700, 32, 128, 2, 1370, true, 4);  // rows see 685 .. 693 of 700 keys
+    check(4, 1000, 64, 128, 1, 900, false, 5);
+}
+
+TEST_F(CudaIndexer, FixtureShapes) {
+    check(3, 5, 4, 32, 1, 2, true, 6);
+    check(7, 5, 4, 32, 2, 3, false, 7);
+}
+
+TEST(CudaIndexerTiming, V41DecodeRows) {
+    auto d = cuda::query_device();
+    if (!d) GTEST_SKIP() << d.status().to_string();
+    for (int64_t S : {1, 16}) {
+        cuda::index_score_params p;
+        p.S = S;
+        p.T = 65536;
+        p.ih = 32;
+        p.ihd = 128;
+        p.p0 = p.T - S;
+        p.qk_scale = 1.0f / std::sqrt(128.0f);
+        p.head_scale = 1.0f / std::sqrt(32.0f);
+        dev_vec<float> q(testing_util::random_normal(size_t(S * 32 * 128), 8));
+        dev_vec<float> k(testing_util::random_normal(size_t(p.T * 128), 9));
+        dev_vec<float> w(testing_util::random_normal(size_t(S * 32), 10));
+        dev_vec<float> out(size_t(S * p.T));
+        testing_util::print_timing("index_scores S " + std::to_string(S) + " T 65536 ih 32 ihd 128 (" +
+                                       std::to_string(2.0 * S * p.T * 32 * 128 * 1e-9) + " GFLOP fp64)",
+                                   double(p.T * 128 * 4 + S * p.T * 4),
+                                   [&] { (void)cuda::index_scores(q.p, k.p, w.p, p, out.p, nullptr); }, 20);
+    }
+}
+
+TEST(CudaIndexerArgs, RejectsBadShapes) {
+    cuda::index_score_params p;
+    p.S = 1;
+    p.T = 4;
+    p.ih = 4;
+    p.ihd = 31;
+    EXPECT_FALSE(cuda::index_scores(nullptr, nullptr, nullptr, p, nullptr, nullptr).is_ok());
+    p.ihd = 32;
+    p.ratio = 0;
+    EXPECT_FALSE(cuda::index_scores(nullptr, nullptr, nullptr, p, nullptr, nullptr).is_ok());
+}
+
+}  // namespace
