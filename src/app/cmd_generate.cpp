@@ -18,6 +18,7 @@ struct generate_args {
     std::string prompt_ids;
     int max_tokens = 16;
     std::string numerics = "transformers";
+    std::string backend = "cpu";
 };
 
 int32_t argmax(const float *v, int64_t n) {
@@ -44,6 +45,7 @@ int run_generate(const generate_args &a) {
     }
     engine::engine_options opt;
     opt.mode = a.numerics == "official" ? engine::numerics::OFFICIAL : engine::numerics::TRANSFORMERS;
+    opt.backend = a.backend == "cuda" ? engine::backend_kind::CUDA : engine::backend_kind::CPU;
     using clock = std::chrono::steady_clock;
     auto t0 = clock::now();
     auto opened = engine::engine::open(a.model, opt);
@@ -90,6 +92,8 @@ void register_generate(CLI::App &app, command_list &cmds) {
     sub->add_option("--max-tokens", args->max_tokens, "tokens to generate")->check(CLI::Range(1, 1 << 20));
     sub->add_option("--numerics", args->numerics, "transformers (default) or official")
         ->check(CLI::IsMember({"transformers", "official"}));
+    sub->add_option("--backend", args->backend, "cpu (the reference, default) or cuda (V4.1, GPU 0)")
+        ->check(CLI::IsMember({"cpu", "cuda"}));
     cmds.push_back({sub, [args] { return run_generate(*args); }});
 }
 

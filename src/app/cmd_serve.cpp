@@ -46,6 +46,7 @@ struct serve_args {
     int max_output_tokens = 4096;
     std::string served_model_name;
     std::string numerics = "transformers";
+    std::string backend = "cpu";
     size_t max_body_bytes = 16u << 20;
     std::string plan;
     int worker_timeout_ms = 3000;
@@ -80,6 +81,7 @@ int run_serve(const serve_args &a) {
 
     engine::engine_options eo;
     eo.mode = a.numerics == "official" ? engine::numerics::OFFICIAL : engine::numerics::TRANSFORMERS;
+    eo.backend = a.backend == "cuda" ? engine::backend_kind::CUDA : engine::backend_kind::CPU;
     if (!a.plan.empty()) {
         std::ifstream in(a.plan);
         if (!in) {
@@ -226,6 +228,8 @@ void register_serve(CLI::App &app, command_list &cmds) {
                     "model id clients must send (default: deepseek-ai/DeepSeek-V4.1-Flash or -V4-Flash)");
     sub->add_option("--numerics", args->numerics, "transformers (default) or official")
         ->check(CLI::IsMember({"transformers", "official"}));
+    sub->add_option("--backend", args->backend, "cpu (the reference, default) or cuda (V4.1, GPU 0)")
+        ->check(CLI::IsMember({"cpu", "cuda"}));
     sub->add_option("--max-body-bytes", args->max_body_bytes, "largest request body (413 above)")->capture_default_str();
     sub->add_option("--plan", args->plan, "placement plan.json: the remote layers go to its expert workers");
     sub->add_option("--worker-timeout-ms", args->worker_timeout_ms,

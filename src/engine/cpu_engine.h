@@ -44,6 +44,10 @@ public:
     }
 
 protected:
+    // Drops every sequence now (a derived engine whose states hold resources it owns, such as
+    // device memory on its stream, calls this in its destructor, before those resources go).
+    void clear_sequences() { seqs_.clear(); }
+
     virtual State new_state() const = 0;
     // Runs tokens at positions state.len.. and writes their logits [tokens, vocab]; advances len.
     // On failure (a remote expert layer) the state is part-way through: the caller frees it.

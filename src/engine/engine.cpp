@@ -5,6 +5,9 @@
 #include <filesystem>
 
 #include "engine/v41_model.h"
+#ifdef DS41RT_HAVE_CUDA
+#include "engine/cuda/v41_gpu.h"
+#endif
 #include "engine/v4_model.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
@@ -53,9 +56,17 @@ Result<std::unique_ptr<engine>> engine::open(const std::string &dir, const engin
             if (!t) return t.status();
             tables = std::move(t.value());
         }
+        if (opt.backend == backend_kind::CUDA) {
+#ifdef DS41RT_HAVE_CUDA
+            return gpu::make_v41_gpu_engine(w, tables, opt);
+#else
+            return Status::not_supported("this build has no CUDA backend (built without nvcc)");
+#endif
+        }
         return make_v41_engine(c, src, tables, opt);
     }
     case model::arch::V4:
+        if (opt.backend == backend_kind::CUDA) return Status::not_supported("V4 Flash has no GPU forward pass yet");
         return make_v4_engine(c, src, opt);
     }
     return Status::internal("unknown architecture");

@@ -32,8 +32,13 @@ namespace ds41rt::engine {
 //    quantization before every FP8/FP4 matmul, the same cache quantizations.
 enum class numerics { TRANSFORMERS, OFFICIAL };
 
+// Where the forward pass runs: the CPU reference, or the CUDA backend (V4.1 only so far; needs
+// a build with CUDA and a GPU).
+enum class backend_kind { CPU, CUDA };
+
 struct engine_options {
     numerics mode = numerics::TRANSFORMERS;
+    backend_kind backend = backend_kind::CPU;
     // Which layers' routed experts run on expert workers (empty: all local).
     experts::remote_layout remote;
 };

@@ -1,0 +1,111 @@
+// What every GPU forward pass stands on: device memory (owned blocks and stream-ordered
+// temporaries), the checkpoint's tensors uploaded in their stored formats, and one linear that
+// picks the kernel family from the weight's format and applies the numerics of its class.
+//
+// Weights stay as the checkpoint stores them: FP8 blocks and MXFP4 go to the GEMV as bytes with
+// their E8M0 scales; BF16 and F32 tensors go to dense_linear as stored; vectors (norms, biases,
+// sinks, mHC parameters) are converted to fp32 once, since kernels read them as fp32.
+//
+// Threads: one host thread drives a device_model and its stream.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/numerics.h"
+#include "backend/cuda/device_info.h"
+#include "core/status.h"
+#include "model/weights.h"
+
+namespace ds41rt::engine::gpu {
+
+// A stream-ordered device temporary (cudaMallocAsync / cudaFreeAsync on the model's stream): the
+// pool recycles the memory, so a forward pass allocates its activations freely.
+class dtemp {
+public:
+    dtemp() = default;
+    dtemp(size_t bytes, cudaStream_t s);
+    ~dtemp();
+    dtemp(dtemp &&o) noexcept { swap(o); }
+    dtemp &operator=(dtemp &&o) noexcept {
+        swap(o);
+        return *this;
+    }
+    dtemp(const dtemp &) = delete;
+    dtemp &operator=(const dtemp &) = delete;
+    float *f() const { return static_cast<float *>(p_); }
+    template <typename T> T *as() const { return static_cast<T *>(p_); }
+    size_t bytes() const { return bytes_; }
+
+private:
+    void swap(dtemp &o) noexcept {
+        std::swap(p_, o.p_);
+        std::swap(bytes_, o.bytes_);
+        std::swap(s_, o.s_);
+    }
+    void *p_ = nullptr;
+    size_t bytes_ = 0;
+    cudaStream_t s_ = nullptr;
+};
+
+// A linear's weight on the device, in its stored format.
+struct dlinear {
+    enum class kind { FP8, MXFP4, DENSE } k = kind::DENSE;
+    const uint8_t *w = nullptr, *scale = nullptr;  // FP8 / MXFP4 (gemv_matrix layout)
+    const void *wd = nullptr;                      // DENSE: bf16 bits or fp32
+    bool wd_bf16 = false;
+    int N = 0, K = 0, bo = 32, bi = 32;  // FP8 scale grid
+
+    // Rows [r0, r0 + n) of the output dimension (grouped projections). FP8 needs r0 % bo == 0.
+    dlinear rows(int r0, int n) const;
+};
+
+class device_model {
+public:
+    // Uploads nothing yet; tensors come in through the loaders below.
+    static Result<std::unique_ptr<device_model>> make(std::shared_ptr<const model::weights> w, bool official);
+    ~device_model();
+
+    const model::model_config &config() const { return w_->config(); }
+    const model::weights &weights() const { return *w_; }
+    const backend::cuda::device_info &device() const { return dev_; }
+    cudaStream_t stream() const { return stream_; }
+    bool official() const { return official_; }
+
+    // ---- loading: the stored tensor of a catalog name on the device ----
+    Result<dlinear> linear(const std::string &name);
+    Result<const float *> vec(const std::string &name);           // any float dtype -> fp32
+    Result<const uint16_t *> bf16_table(const std::string &name);  // BF16 as stored (embedding)
+    Result<const uint8_t *> bytes(const std::string &name);        // raw stored bytes
+    // Uploads host data into memory the model owns.
+    Result<void *> upload(const void *host, size_t bytes);
+    size_t resident_bytes() const { return resident_; }
+
+    // ---- running ----
+    dtemp temp(size_t bytes) const { return dtemp(bytes, stream_); }
+    dtemp temp_f32(int64_t n) const { return dtemp(size_t(n) * sizeof(float), stream_); }
+    // y[M, N] = x[M, K] . W^T with the numerics of the weight's class (backend/cpu linear_numerics):
+    // OFFICIAL quantizes x to FP8 per fp8_block_in before FP8 / FP4 classes and rounds the output
+    // to bf16 for every class but F32. x and y are device arrays.
+    Status run_linear(const dlinear &L, const float *x, float *y, int64_t M, backend::cpu::lin cls) const;
+    Status to_host(void *host, const void *dev, size_t bytes) const;  // synchronises the stream
+    Status to_device(void *dev, const void *host, size_t bytes) const;
+
+private:
+    device_model() = default;
+    Result<void *> alloc(size_t bytes);
+
+    std::shared_ptr<const model::weights> w_;
+    backend::cuda::device_info dev_;
+    cudaStream_t stream_ = nullptr;
+    bool official_ = false;
+    std::vector<void *> blocks_;
+    size_t resident_ = 0;
+    mutable dtemp gemv_ws_;  // GEMV split-K workspace, grown on demand, zeroed before each plan
+};
+
+}  // namespace ds41rt::engine::gpu

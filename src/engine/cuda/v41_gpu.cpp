@@ -1,0 +1,621 @@
+// DeepSeek V4.1 Flash on the GPU: the forward pass of engine/v41_model.cpp with every tensor
+// op on the device, step for step in the same order and with the same rounding points, so the
+// CPU reference is this engine's oracle (tests/cuda_engine).
+//
+// Weights are the checkpoint's stored bytes (device_model); sequence state lives on the device:
+// the window ring of every layer, and per KV source the open compression group, the compressed
+// entries and the index keys (fp32 rows; the packed paged pools of backend/cuda cache_pack are
+// the next step). Activations are stream-ordered temporaries.
+//
+// What still crosses to the host inside a step (each a synchronisation, and the reason this
+// engine is not yet captured in a CUDA graph): the router's logits and the indexer's scores
+// (their top-k runs in engine/v41_steps, whose TRANSFORMERS tie order is torch's and has no GPU
+// twin), the compressor's pooling and the Engram gate (v41_steps; GPU kernels for both are
+// written and wait for their H200 check), and the attention key lists, built from positions the
+// host tracks.
+#include "engine/cuda/v41_gpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/cuda_status.h"
+#include "backend/cuda/dense.cuh"
+#include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/embedding.cuh"
+#include "backend/cuda/fake_quant.cuh"
+#include "backend/cuda/mhc.cuh"
+#include "backend/cuda/moe_decode.cuh"
+#include "backend/cuda/norm.cuh"
+#include "backend/cuda/rope.cuh"
+#include "backend/cuda/swiglu.cuh"
+#include "engine/cpu_engine.h"
+#include "engine/cuda/device_model.h"
+#include "engine/engram_hash.h"
+#include "engine/rope.h"
+#include "engine/v41_steps.h"
+
+namespace ds41rt::engine::gpu {
+
+namespace cuda = backend::cuda;
+using backend::cpu::lin;
+
+namespace {
+
+// ---- weights on the device -------------------------------------------------------------------
+
+struct layer_dev {
+    const float *attn_norm = nullptr, *ffn_norm = nullptr;
+    const float *hc_attn_fn = nullptr, *hc_attn_base = nullptr, *hc_attn_scale = nullptr;
+    const float *hc_ffn_fn = nullptr, *hc_ffn_base = nullptr, *hc_ffn_scale = nullptr;
+    const float *attn_sink = nullptr, *q_norm = nullptr, *kv_norm = nullptr;
+    dlinear wq_a, wq_b, wkv, wo_a, wo_b;
+    const float *c_norm = nullptr;  // KV sources
+    dlinear c_wkv, c_wgate;
+    const float *i_k_norm = nullptr;
+    dlinear i_wk, i_wq_b, i_weights_proj;
+    const uint8_t *e_table = nullptr, *e_scale = nullptr;  // Engram layers
+    int64_t e_rows = 0;
+    dlinear e_wkv;
+    Tensor e_q, e_k;  // host: the gate runs in v41_steps
+    dlinear gate_w;
+    Tensor gate_bias;  // host: the router runs in v41_steps
+    dlinear sw1, sw2, sw3;
+    cuda::moe_layer moe;
+};
+
+// ---- sequence state on the device ------------------------------------------------------------
+
+// Rows of a fixed width that grow at the end (compressed entries, index keys, open groups).
+struct dev_rows {
+    dtemp buf;
+    int64_t rows = 0, cap = 0, width = 0;
+    const float *at(int64_t r) const { return buf.f() + r * width; }
+};
+
+struct source_dev {
+    dev_rows buf_kv, buf_gate, entries, index_keys;
+};
+
+struct seq_dev {
+    int64_t len = 0;
+    std::vector<dtemp> ring;                     // per layer [window, head_dim]
+    std::vector<std::vector<int64_t>> ring_pos;  // per layer [window], -1 = empty
+    std::map<int, source_dev> sources;
+    std::vector<int64_t> engram_history;
+};
+
+// What one forward hands down the layer stack (spec 4.5), on the host: the key lists are built
+// there.
+struct shared_sel {
+    bool has_topk = false;
+    std::vector<std::vector<int32_t>> topk;
+    bool has_candidates = false;
+    std::vector<std::vector<uint8_t>> candidates;
+};
+
+struct mixes_dev {
+    dtemp pre, post, comb;
+};
+
+class v41_gpu final : public cpu_engine<seq_dev> {
+public:
+    v41_gpu(std::unique_ptr<device_model> m, engram_hasher h, bool has_engram)
+        : m_(std::move(m)), c_(m_->config()), hasher_(std::move(h)), has_engram_(has_engram),
+          official_(m_->official()) {}
+    // The sequences' device state is freed on the model's stream, which must outlive it.
+    ~v41_gpu() override { clear_sequences(); }
+
+    Status load() {
+        auto &m = *m_;
+        auto lin_ = [&](const std::string &n, dlinear *out) -> Status {
+            auto r = m.linear(n);
+            if (!r) return r.status();
+            *out = r.value();
+            return Status::ok();
+        };
+        auto vec_ = [&](const std::string &n, const float **out) -> Status {
+            auto r = m.vec(n);
+            if (!r) return r.status();
+            *out = r.value();
+            return Status::ok();
+        };
+        auto emb = m.bf16_table("embed.weight");
+        if (!emb) return emb.status();
+        embed_ = emb.value();
+        DS41RT_RETURN_IF_ERROR(lin_("head.weight", &head_));
+        DS41RT_RETURN_IF_ERROR(vec_("norm.weight", &norm_));
+        const rope_table rm = make_rope_table(c_, false), rc = make_rope_table(c_, true);
+        n_pairs_ = rm.n_pairs;
+        auto f1 = m.upload(rm.inv_freq.data(), rm.inv_freq.size() * sizeof(float));
+        auto f2 = m.upload(rc.inv_freq.data(), rc.inv_freq.size() * sizeof(float));
+        if (!f1) return f1.status();
+        if (!f2) return f2.status();
+        inv_main_ = static_cast<const float *>(f1.value());
+        inv_compress_ = static_cast<const float *>(f2.value());
+
+        layers_.resize(size_t(c_.n_layers));
+        for (int l = 0; l < c_.n_layers; l++) {
+            layer_dev &L = layers_[size_t(l)];
+            const std::string p = "layers." + std::to_string(l) + ".";
+            const std::pair<const char *, const float **> vecs[] = {
+                {"attn_norm.weight", &L.attn_norm}, {"ffn_norm.weight", &L.ffn_norm},
+                {"hc_attn_fn", &L.hc_attn_fn},      {"hc_attn_base", &L.hc_attn_base},
+                {"hc_attn_scale", &L.hc_attn_scale}, {"hc_ffn_fn", &L.hc_ffn_fn},
+                {"hc_ffn_base", &L.hc_ffn_base},    {"hc_ffn_scale", &L.hc_ffn_scale},
+                {"attn.attn_sink", &L.attn_sink},   {"attn.q_norm.weight", &L.q_norm},
+                {"attn.kv_norm.weight", &L.kv_norm},
+            };
+            for (auto &[n, out] : vecs) DS41RT_RETURN_IF_ERROR(vec_(p + n, out));
+            const std::pair<const char *, dlinear *> lins[] = {
+                {"attn.wq_a.weight", &L.wq_a}, {"attn.wq_b.weight", &L.wq_b}, {"attn.wkv.weight", &L.wkv},
+                {"attn.wo_a.weight", &L.wo_a}, {"attn.wo_b.weight", &L.wo_b}, {"ffn.gate.weight", &L.gate_w},
+                {"ffn.shared_experts.w1.weight", &L.sw1}, {"ffn.shared_experts.w2.weight", &L.sw2},
+                {"ffn.shared_experts.w3.weight", &L.sw3},
+            };
+            for (auto &[n, out] : lins) DS41RT_RETURN_IF_ERROR(lin_(p + n, out));
+            auto bias = m_->weights().f32(p + "ffn.gate.bias");
+            if (!bias) return bias.status();
+            L.gate_bias = bias.value();
+            if (c_.is_kv_source(l)) {
+                DS41RT_RETURN_IF_ERROR(lin_(p + "attn.compressor.wkv.weight", &L.c_wkv));
+                DS41RT_RETURN_IF_ERROR(vec_(p + "attn.compressor.norm.weight", &L.c_norm));
+                if (c_.ratio(l) > 1) DS41RT_RETURN_IF_ERROR(lin_(p + "attn.compressor.wgate.weight", &L.c_wgate));
+                DS41RT_RETURN_IF_ERROR(lin_(p + "attn.indexer.wk.weight", &L.i_wk));
+                DS41RT_RETURN_IF_ERROR(vec_(p + "attn.indexer.k_norm.weight", &L.i_k_norm));
+            }
+            if (c_.is_index_source(l)) {
+                DS41RT_RETURN_IF_ERROR(lin_(p + "attn.indexer.wq_b.weight", &L.i_wq_b));
+                DS41RT_RETURN_IF_ERROR(lin_(p + "attn.indexer.weights_proj.weight", &L.i_weights_proj));
+            }
+            if (c_.has_engram(l)) {
+                const std::string t = p + "engram.embed.weight";
+                auto tf = m_->weights().format(t);
+                if (!tf) return tf.status();
+                if (tf.value() != model::storage_format::ENGRAM_TABLE)
+                    return Status::not_supported(t + ": the GPU gathers Engram rows from FP8 tables");
+                auto tb = m.bytes(t);
+                auto ts = m.bytes(p + "engram.embed.scale");
+                if (!tb) return tb.status();
+                if (!ts) return ts.status();
+                L.e_table = tb.value();
+                L.e_scale = ts.value();
+                L.e_rows = m_->weights().entry(t)->shape[0];
+                DS41RT_RETURN_IF_ERROR(lin_(p + "engram.wkv.weight", &L.e_wkv));
+                auto q = m_->weights().f32(p + "engram.q_weight");
+                auto k = m_->weights().f32(p + "engram.k_weight");
+                if (!q) return q.status();
+                if (!k) return k.status();
+                L.e_q = q.value();
+                L.e_k = k.value();
+            }
+            // Routed experts: the MoE decode kernels read MXFP4 (the official storage).
+            L.moe.D = int(c_.dim);
+            L.moe.I = c_.moe_inter_dim;
+            L.moe.act_block = official_ ? c_.fp8_block_in : 0;
+            L.moe.swiglu_limit = c_.swiglu_limit;
+            L.moe.experts.resize(size_t(c_.n_routed_experts));
+            for (int e = 0; e < c_.n_routed_experts; e++) {
+                const std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
+                dlinear w1, w2, w3;
+                DS41RT_RETURN_IF_ERROR(lin_(ep + "w1.weight", &w1));
+                DS41RT_RETURN_IF_ERROR(lin_(ep + "w2.weight", &w2));
+                DS41RT_RETURN_IF_ERROR(lin_(ep + "w3.weight", &w3));
+                if (w1.k != dlinear::kind::MXFP4 || w2.k != dlinear::kind::MXFP4 || w3.k != dlinear::kind::MXFP4)
+                    return Status::not_supported(ep + "w1.weight: the GPU routed experts read MXFP4 (the official "
+                                                      "storage); this checkpoint stores them otherwise");
+                L.moe.experts[size_t(e)] = {w1.w, w1.scale, w3.w, w3.scale, w2.w, w2.scale};
+            }
+        }
+        return Status::ok();
+    }
+
+    const model::model_config &config() const override { return c_; }
+
+    seq_dev new_state() const override {
+        seq_dev s;
+        for (int l = 0; l < c_.n_layers; l++) s.ring.push_back(m_->temp_f32(int64_t(c_.window) * c_.head_dim));
+        s.ring_pos.assign(size_t(c_.n_layers), std::vector<int64_t>(size_t(c_.window), -1));
+        for (int l = 0; l < c_.n_layers; l++)
+            if (c_.is_kv_source(l)) {
+                source_dev &src = s.sources[l];
+                src.buf_kv.width = src.buf_gate.width = src.entries.width = c_.head_dim;
+                src.index_keys.width = c_.index_head_dim;
+            }
+        return s;
+    }
+
+private:
+    cudaStream_t st() const { return m_->stream(); }
+    float eps() const { return c_.norm_eps; }
+
+    Status norm(float *x, const float *w, int64_t rows, int64_t dim) const {
+        return cuda::rms_norm_rows(x, w, x, rows, dim, eps(), official_, st());
+    }
+    Status rope(float *x, int64_t rows, int64_t dim, const int64_t *pos, int64_t per_pos, const float *inv,
+                bool inverse) const {
+        return cuda::rope_tail_rows(x, rows, dim, pos, per_pos, inv, n_pairs_, inverse, official_, st());
+    }
+    const float *inv_for(int layer) const { return c_.ratio(layer) > 0 ? inv_compress_ : inv_main_; }
+
+    Result<dtemp> upload_temp(const void *host, size_t bytes) const {
+        dtemp t = m_->temp(bytes);
+        DS41RT_RETURN_IF_ERROR(m_->to_device(t.as<void>(), host, bytes));
+        return t;
+    }
+    std::vector<float> download(const float *dev, int64_t n, Status *s) const {
+        std::vector<float> h(static_cast<size_t>(n));
+        if (n > 0) *s = m_->to_host(h.data(), dev, size_t(n) * sizeof(float));
+        return h;
+    }
+
+    Status append(dev_rows &r, const float *src, int64_t n) const {
+        if (n <= 0) return Status::ok();
+        if (r.rows + n > r.cap) {
+            const int64_t cap = std::max({r.cap * 2, r.rows + n, int64_t(16)});
+            dtemp nb = m_->temp_f32(cap * r.width);
+            if (r.rows > 0)
+                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(nb.f(), r.buf.f(), size_t(r.rows * r.width) * sizeof(float),
+                                                            cudaMemcpyDeviceToDevice, st()));
+            r.buf = std::move(nb);
+            r.cap = cap;
+        }
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(r.buf.f() + r.rows * r.width, src,
+                                                    size_t(n * r.width) * sizeof(float), cudaMemcpyDeviceToDevice, st()));
+        r.rows += n;
+        return Status::ok();
+    }
+
+    // ---- mHC (spec 4.2) ----
+    Result<mixes_dev> mixes(const float *X, int64_t S, const float *fn, const float *scale, const float *base) const {
+        const int hc = c_.hc_mult;
+        const int64_t n_mix = int64_t(2 + hc) * hc;
+        dtemp mm = m_->temp_f32(S * n_mix);
+        DS41RT_RETURN_IF_ERROR(cuda::hc_project(X, S, int64_t(hc) * c_.dim, fn, n_mix, eps(), official_, mm.f(), st()));
+        mixes_dev mx{m_->temp_f32(S * hc), m_->temp_f32(S * hc), m_->temp_f32(S * hc * hc)};
+        DS41RT_RETURN_IF_ERROR(cuda::hc_split_sinkhorn(mm.f(), S, hc, scale, base, c_.hc_eps, c_.hc_sinkhorn_iters,
+                                                       mx.pre.f(), mx.post.f(), mx.comb.f(), st()));
+        return mx;
+    }
+
+    // ---- Engram (spec 4.9) ----
+    Status engram(const layer_dev &L, int k, seq_dev &sq, int64_t p0, int64_t S, float *X) const {
+        const int hc = c_.hc_mult;
+        const int64_t D = c_.dim, ehd = c_.engram_head_dim, ncols = hasher_.n_cols();
+        const int64_t in_w = ncols * ehd, out_w = int64_t(hc + 1) * D;
+        std::vector<int64_t> ids(static_cast<size_t>(S * ncols));
+        for (int64_t s = 0; s < S; s++) hasher_.hash(sq.engram_history, p0 + s, k, ids.data() + s * ncols);
+        auto ids_d = upload_temp(ids.data(), ids.size() * sizeof(int64_t));
+        if (!ids_d) return ids_d.status();
+        dtemp rows = m_->temp_f32(S * in_w), kv = m_->temp_f32(S * out_w);
+        DS41RT_RETURN_IF_ERROR(cuda::gather_rows_fp8_e8m0(L.e_table, L.e_scale, L.e_rows, ehd,
+                                                          ids_d->as<int64_t>(), S * ncols, rows.f(), st()));
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.e_wkv, rows.f(), kv.f(), S, lin::FP8));
+        Status s;
+        std::vector<float> Xh = download(X, S * hc * D, &s), kvh = download(kv.f(), S * out_w, &s);
+        DS41RT_RETURN_IF_ERROR(s);
+        v41::engram_gate(Xh.data(), kvh.data(), L.e_q.f(), L.e_k.f(), S, hc, D, eps(), official_);
+        return m_->to_device(X, Xh.data(), Xh.size() * sizeof(float));
+    }
+
+    // ---- compressor of a KV source (spec 4.4): the latents of the groups completing here ----
+    Result<dtemp> compress(const layer_dev &L, int layer, source_dev &src, const float *x, int64_t S,
+                           int64_t *n_latent, int64_t *first_pos) const {
+        const int ratio = c_.ratio(layer);
+        const int64_t hd = c_.head_dim;
+        *first_pos = src.entries.rows * ratio;
+        if (ratio == 1) {  // bf16 projection, no pooling
+            dtemp kv = m_->temp_f32(S * hd);
+            DS41RT_RETURN_IF_ERROR(m_->run_linear(L.c_wkv, x, kv.f(), S, lin::BF16));
+            DS41RT_RETURN_IF_ERROR(norm(kv.f(), L.c_norm, S, hd));
+            *n_latent = S;
+            return kv;
+        }
+        dtemp kv = m_->temp_f32(S * hd), gate = m_->temp_f32(S * hd);
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.c_wkv, x, kv.f(), S, lin::F32));
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.c_wgate, x, gate.f(), S, lin::F32));
+        DS41RT_RETURN_IF_ERROR(append(src.buf_kv, kv.f(), S));
+        DS41RT_RETURN_IF_ERROR(append(src.buf_gate, gate.f(), S));
+        const int64_t groups = src.buf_kv.rows / ratio, used = groups * ratio;
+        *n_latent = groups;
+        dtemp latent = m_->temp_f32(std::max<int64_t>(groups, 1) * hd);
+        if (groups == 0) return latent;
+        Status s;
+        std::vector<float> kh = download(src.buf_kv.buf.f(), used * hd, &s), gh = download(src.buf_gate.buf.f(), used * hd, &s);
+        DS41RT_RETURN_IF_ERROR(s);
+        std::vector<float> lh(static_cast<size_t>(groups * hd));
+        v41::compress_pool(kh.data(), gh.data(), groups, ratio, hd, lh.data());
+        DS41RT_RETURN_IF_ERROR(m_->to_device(latent.f(), lh.data(), lh.size() * sizeof(float)));
+        // The open group's tokens (fewer than ratio, so no overlap) move to the front.
+        const int64_t rest = src.buf_kv.rows - used;
+        for (dev_rows *b : {&src.buf_kv, &src.buf_gate}) {
+            if (rest > 0)
+                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b->buf.f(), b->buf.f() + used * hd, size_t(rest * hd) * sizeof(float),
+                                                            cudaMemcpyDeviceToDevice, st()));
+            b->rows = rest;
+        }
+        if (official_) DS41RT_RETURN_IF_ERROR(cuda::round_bf16_inplace(latent.f(), groups * hd, st()));
+        DS41RT_RETURN_IF_ERROR(norm(latent.f(), L.c_norm, groups, hd));
+        return latent;
+    }
+
+    // ---- the lightning indexer of an index source (spec 4.6, 4.7) ----
+    Status indexer(const layer_dev &L, int layer, seq_dev &sq, const float *x, const float *qr, const float *latent,
+                   int64_t n_latent, int64_t first_pos, const int64_t *pos_d, int64_t p0, int64_t S,
+                   shared_sel &sh) const {
+        const int ratio = c_.ratio(layer);
+        const int64_t ihd = c_.index_head_dim, ih = c_.index_n_heads, hd = c_.head_dim;
+        source_dev &src = sq.sources.at(c_.kv_source_for(layer));
+        if (c_.is_kv_source(layer) && n_latent > 0) {
+            dtemp k = m_->temp_f32(n_latent * ihd);
+            DS41RT_RETURN_IF_ERROR(m_->run_linear(L.i_wk, latent, k.f(), n_latent, lin::BF16));
+            DS41RT_RETURN_IF_ERROR(norm(k.f(), L.i_k_norm, n_latent, ihd));
+            std::vector<int64_t> lpos(static_cast<size_t>(n_latent));
+            for (int64_t g = 0; g < n_latent; g++) lpos[size_t(g)] = first_pos + ratio * g;
+            auto lp = upload_temp(lpos.data(), lpos.size() * sizeof(int64_t));
+            if (!lp) return lp.status();
+            DS41RT_RETURN_IF_ERROR(rope(k.f(), n_latent, ihd, lp->as<int64_t>(), 1, inv_compress_, false));
+            if (ihd % 32 == 0) DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp4_ue8m0(k.f(), n_latent, ihd, 32, st()));
+            DS41RT_RETURN_IF_ERROR(append(src.index_keys, k.f(), n_latent));
+        }
+        (void)hd;
+        const int64_t T = src.index_keys.rows;
+        if (T == 0) return Status::ok();  // nothing to select yet; earlier selections stay published
+
+        dtemp q = m_->temp_f32(S * ih * ihd), w = m_->temp_f32(S * ih);
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.i_wq_b, qr, q.f(), S, lin::FP8));
+        DS41RT_RETURN_IF_ERROR(rope(q.f(), S * ih, ihd, pos_d, ih, inv_compress_, false));
+        if (ihd % 32 == 0) DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp4_ue8m0(q.f(), S * ih, ihd, 32, st()));
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.i_weights_proj, x, w.f(), S, lin::BF16));
+
+        Status s;
+        std::vector<float> qh = download(q.f(), S * ih * ihd, &s), kh = download(src.index_keys.buf.f(), T * ihd, &s),
+                           wh = download(w.f(), S * ih, &s);
+        DS41RT_RETURN_IF_ERROR(s);
+        std::vector<float> scores(static_cast<size_t>(S * T));
+        v41::index_scores(qh.data(), kh.data(), wh.data(), S, T, ih, ihd, p0, ratio, official_, scores.data());
+        if (layer == c_.candidate_source_layer) {
+            sh.has_candidates = true;
+            sh.candidates = v41::candidate_mask(c_, scores.data(), S, T, p0, ratio, official_);
+        } else if (c_.candidate_source_layer >= 0 && layer > c_.candidate_source_layer && sh.has_candidates) {
+            v41::apply_candidate_mask(sh.candidates, S, T, scores.data());
+        }
+        const int64_t k = std::min<int64_t>(c_.index_topk, T);
+        sh.has_topk = true;
+        sh.topk.assign(size_t(S), {});
+        for (int64_t r = 0; r < S; r++)
+            for (int64_t t : v41::select_top(scores.data() + r * T, T, k, official_)) sh.topk[size_t(r)].push_back(int32_t(t));
+        return Status::ok();
+    }
+
+    // ---- attention (spec 4.3-4.8) ----
+    Status attention(const layer_dev &L, int layer, seq_dev &sq, const float *x, const int64_t *pos_d, int64_t p0,
+                     int64_t S, shared_sel &sh, float *out) const {
+        const int64_t H = c_.n_heads, hd = c_.head_dim, W = c_.window, qlr = c_.q_lora_rank;
+        const float *inv = inv_for(layer);
+        dtemp qr = m_->temp_f32(S * qlr), q = m_->temp_f32(S * H * hd), kv = m_->temp_f32(S * hd);
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.wq_a, x, qr.f(), S, lin::FP8));
+        DS41RT_RETURN_IF_ERROR(norm(qr.f(), L.q_norm, S, qlr));
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.wq_b, qr.f(), q.f(), S, lin::FP8));
+        DS41RT_RETURN_IF_ERROR(rope(q.f(), S * H, hd, pos_d, H, inv, false));
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.wkv, x, kv.f(), S, lin::FP8));
+        DS41RT_RETURN_IF_ERROR(norm(kv.f(), L.kv_norm, S, hd));
+        DS41RT_RETURN_IF_ERROR(rope(kv.f(), S, hd, pos_d, 1, inv, false));
+        if (hd % 32 == 0) DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp8_ue8m0(kv.f(), S, hd, 32, st()));
+
+        // Compressed branch.
+        const float *centries = nullptr;
+        if (c_.ratio(layer) > 0) {
+            source_dev &src = sq.sources.at(c_.kv_source_for(layer));
+            int64_t n_latent = 0, first_pos = 0;
+            dtemp latent;
+            if (c_.is_kv_source(layer)) {
+                auto r = compress(L, layer, src, x, S, &n_latent, &first_pos);
+                if (!r) return r.status();
+                latent = std::move(r.value());
+            }
+            if (c_.is_index_source(layer))
+                DS41RT_RETURN_IF_ERROR(indexer(L, layer, sq, x, qr.f(), latent.f(), n_latent, first_pos, pos_d, p0, S, sh));
+            if (n_latent > 0) {
+                std::vector<int64_t> lpos(static_cast<size_t>(n_latent));
+                for (int64_t g = 0; g < n_latent; g++) lpos[size_t(g)] = first_pos + c_.ratio(layer) * g;
+                auto lp = upload_temp(lpos.data(), lpos.size() * sizeof(int64_t));
+                if (!lp) return lp.status();
+                DS41RT_RETURN_IF_ERROR(rope(latent.f(), n_latent, hd, lp->as<int64_t>(), 1, inv_compress_, false));
+                if (hd % 16 == 0) DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp4_e4m3(latent.f(), n_latent, hd, 16, st()));
+                DS41RT_RETURN_IF_ERROR(append(src.entries, latent.f(), n_latent));
+            }
+            if (src.entries.rows > 0) centries = src.entries.buf.f();
+        }
+
+        // Key lists, one per query row (all heads share it): window rows in chronological order
+        // (ring rows older than this chunk, then the chunk's own), OFFICIAL's -1 pads up to the
+        // window width, then the selected compressed entries. Trailing nulls pad the lists to
+        // one length; they are skipped and change no block of the OFFICIAL online softmax.
+        const float *ring = sq.ring[size_t(layer)].f();
+        const auto &rpos = sq.ring_pos[size_t(layer)];
+        std::vector<std::pair<int64_t, const float *>> wk;
+        for (int64_t p = std::max<int64_t>(0, p0 - W); p < p0; p++)
+            if (rpos[size_t(p % W)] == p) wk.push_back({p, ring + (p % W) * hd});
+        for (int64_t s = 0; s < S; s++) wk.push_back({p0 + s, kv.f() + s * hd});
+        std::vector<std::vector<const float *>> lists(static_cast<size_t>(S));
+        size_t Lmax = 0;
+        for (int64_t s = 0; s < S; s++) {
+            auto &keys = lists[size_t(s)];
+            const int64_t p = p0 + s;
+            for (auto &[kp, ptr] : wk)
+                if (kp <= p && kp > p - W) keys.push_back(ptr);
+            if (official_)
+                while (int64_t(keys.size()) < W) keys.push_back(nullptr);
+            if (centries && sh.has_topk)
+                for (int32_t e : sh.topk[size_t(s)]) keys.push_back(centries + int64_t(e) * hd);
+            Lmax = std::max(Lmax, keys.size());
+        }
+        std::vector<const float *> flat(static_cast<size_t>(S) * Lmax, nullptr);
+        for (int64_t s = 0; s < S; s++) std::copy(lists[size_t(s)].begin(), lists[size_t(s)].end(), flat.begin() + s * int64_t(Lmax));
+        auto keys_d = upload_temp(flat.data(), std::max<size_t>(flat.size(), 1) * sizeof(const float *));
+        if (!keys_d) return keys_d.status();
+
+        dtemp o = m_->temp_f32(S * H * hd);
+        cuda::attention_batch ab;
+        ab.q = q.f();
+        ab.keys = keys_d->as<const float *const>();
+        ab.sink = L.attn_sink;
+        ab.scale = 1.0f / std::sqrt(float(hd));
+        ab.R = int(S);
+        ab.H = int(H);
+        ab.L = int(Lmax);
+        ab.hd = int(hd);
+        ab.official = official_;
+        ab.out = o.f();
+        DS41RT_RETURN_IF_ERROR(cuda::run_attention(ab, st()));
+
+        // Remember the window (after attention: the chunk's rows were visible to it). Only the
+        // last `window` rows of a long chunk survive, as in the host ring.
+        for (int64_t s = std::max<int64_t>(0, S - W); s < S; s++) {
+            const int64_t slot = (p0 + s) % W;
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sq.ring[size_t(layer)].f() + slot * hd, kv.f() + s * hd,
+                                                        size_t(hd) * sizeof(float), cudaMemcpyDeviceToDevice, st()));
+        }
+        for (int64_t s = 0; s < S; s++) sq.ring_pos[size_t(layer)][size_t((p0 + s) % W)] = p0 + s;
+
+        // Inverse RoPE at the query position, then the grouped output projection.
+        DS41RT_RETURN_IF_ERROR(rope(o.f(), S * H, hd, pos_d, H, inv, true));
+        const int64_t G = c_.o_groups, R = c_.o_lora_rank, gin = H * hd / G;
+        dtemp z = m_->temp_f32(S * G * R), og = m_->temp_f32(S * gin), zg = m_->temp_f32(S * R);
+        for (int64_t g = 0; g < G; g++) {
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(og.f(), size_t(gin) * 4, o.f() + g * gin, size_t(H * hd) * 4,
+                                                          size_t(gin) * 4, size_t(S), cudaMemcpyDeviceToDevice, st()));
+            DS41RT_RETURN_IF_ERROR(m_->run_linear(L.wo_a.rows(int(g * R), int(R)), og.f(), zg.f(), S, lin::BF16));
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(z.f() + g * R, size_t(G * R) * 4, zg.f(), size_t(R) * 4,
+                                                          size_t(R) * 4, size_t(S), cudaMemcpyDeviceToDevice, st()));
+        }
+        return m_->run_linear(L.wo_b, z.f(), out, S, lin::FP8);
+    }
+
+    // ---- MoE (spec 4.10) ----
+    Status moe(const layer_dev &L, const float *x, int64_t S, float *out) const {
+        const int64_t D = c_.dim, E = c_.n_routed_experts, K = c_.n_activated_experts;
+        dtemp logits = m_->temp_f32(S * E);
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.gate_w, x, logits.f(), S, lin::F32));
+        Status s;
+        std::vector<float> lh = download(logits.f(), S * E, &s);
+        DS41RT_RETURN_IF_ERROR(s);
+        const backend::cpu::route_table rt = v41::route(c_, lh.data(), L.gate_bias.f(), S);
+
+        // Routed experts, 16 rows a launch (the decode kernels' limit): rows grouped by expert,
+        // each selected expert read once per launch, summed per row in increasing expert id.
+        dtemp acc = m_->temp_f32(S * D);
+        for (int64_t r0 = 0; r0 < S; r0 += cuda::MOE_MAX_ROWS) {
+            const int B = int(std::min<int64_t>(cuda::MOE_MAX_ROWS, S - r0));
+            std::vector<cuda::moe_route> routes;
+            for (int64_t r = r0; r < r0 + B; r++)
+                for (uint32_t i = rt.offsets[size_t(r)]; i < rt.offsets[size_t(r) + 1]; i++)
+                    routes.push_back({rt.routes[i].expert, rt.routes[i].weight});
+            if (int64_t(routes.size()) != int64_t(B) * K) return Status::internal("router gave a row the wrong route count");
+            dtemp bufm = m_->temp(cuda::moe_buffer_bytes(int(D), L.moe.I, int(routes.size())));
+            const cuda::moe_buffers buf = cuda::moe_buffers_at(bufm.as<void>(), int(D), L.moe.I, int(routes.size()));
+            auto plan = cuda::plan_moe_decode(m_->device(), L.moe, buf, x + r0 * D, acc.f() + r0 * D, routes, B, int(K));
+            if (!plan) return plan.status();
+            dtemp ws = m_->temp(plan->workspace_bytes);
+            DS41RT_RETURN_IF_ERROR(cuda::reset_moe_workspace(plan.value(), ws.as<void>(), st()));
+            DS41RT_RETURN_IF_ERROR(cuda::run_moe_decode(plan.value(), ws.as<void>(), st()));
+        }
+
+        // The shared expert, then one rounding of the sum.
+        const int64_t I = L.sw1.N;
+        dtemp g = m_->temp_f32(S * I), u = m_->temp_f32(S * I), sh = m_->temp_f32(S * D);
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.sw1, x, g.f(), S, lin::FP8));
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.sw3, x, u.f(), S, lin::FP8));
+        DS41RT_RETURN_IF_ERROR(cuda::swiglu_rows(g.f(), u.f(), nullptr, g.f(), S, I, c_.swiglu_limit, official_, st()));
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.sw2, g.f(), sh.f(), S, lin::FP8));
+        return cuda::add_rows(acc.f(), sh.f(), out, S * D, official_, st());
+    }
+
+    // ---- one sequence chunk through the whole model (spec 4.1) ----
+    Status forward(seq_dev &sq, const std::vector<int32_t> &tokens, float *logits) const override {
+        const int64_t S = int64_t(tokens.size()), D = c_.dim, p0 = sq.len, V = c_.vocab_size;
+        const int hc = c_.hc_mult;
+        if (has_engram_)
+            for (int32_t t : tokens) sq.engram_history.push_back(hasher_.compressed(t));
+
+        std::vector<int64_t> pos(static_cast<size_t>(S));
+        for (int64_t s = 0; s < S; s++) pos[size_t(s)] = p0 + s;
+        auto pos_d = upload_temp(pos.data(), pos.size() * sizeof(int64_t));
+        auto ids_d = upload_temp(tokens.data(), tokens.size() * sizeof(int32_t));
+        if (!pos_d) return pos_d.status();
+        if (!ids_d) return ids_d.status();
+        dtemp X = m_->temp_f32(S * hc * D);
+        DS41RT_RETURN_IF_ERROR(cuda::embed_rows_bf16(embed_, V, D, ids_d->as<int32_t>(), S, hc, X.f(), st()));
+        std::vector<float> one_hot(static_cast<size_t>(S * hc), 0.0f);  // the first site reads stream 0
+        for (int64_t s = 0; s < S; s++) one_hot[size_t(s * hc)] = 1.0f;
+        auto pre0 = upload_temp(one_hot.data(), one_hot.size() * sizeof(float));
+        if (!pre0) return pre0.status();
+        dtemp pre_mix = std::move(pre0.value());
+
+        shared_sel sh;
+        dtemp x = m_->temp_f32(S * D), y = m_->temp_f32(S * D);
+        int engram_k = 0;
+        for (int l = 0; l < c_.n_layers; l++) {
+            const layer_dev &L = layers_[size_t(l)];
+            if (c_.has_engram(l)) DS41RT_RETURN_IF_ERROR(engram(L, engram_k++, sq, p0, S, X.f()));
+
+            auto am = mixes(X.f(), S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base);
+            if (!am) return am.status();
+            DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(X.f(), pre_mix.f(), S, hc, D, official_, x.f(), st()));
+            DS41RT_RETURN_IF_ERROR(norm(x.f(), L.attn_norm, S, D));
+            DS41RT_RETURN_IF_ERROR(attention(L, l, sq, x.f(), pos_d->as<int64_t>(), p0, S, sh, y.f()));
+            DS41RT_RETURN_IF_ERROR(cuda::hc_expand(X.f(), y.f(), am->post.f(), am->comb.f(), S, hc, D, official_, st()));
+
+            auto fm = mixes(X.f(), S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base);
+            if (!fm) return fm.status();
+            DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(X.f(), am->pre.f(), S, hc, D, official_, x.f(), st()));
+            DS41RT_RETURN_IF_ERROR(norm(x.f(), L.ffn_norm, S, D));
+            DS41RT_RETURN_IF_ERROR(moe(L, x.f(), S, y.f()));
+            DS41RT_RETURN_IF_ERROR(cuda::hc_expand(X.f(), y.f(), fm->post.f(), fm->comb.f(), S, hc, D, official_, st()));
+            pre_mix = std::move(fm->pre);
+        }
+        DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(X.f(), pre_mix.f(), S, hc, D, official_, x.f(), st()));
+        DS41RT_RETURN_IF_ERROR(norm(x.f(), norm_, S, D));
+        dtemp lg = m_->temp_f32(S * V);
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(head_, x.f(), lg.f(), S, lin::F32));
+        DS41RT_RETURN_IF_ERROR(m_->to_host(logits, lg.f(), size_t(S * V) * sizeof(float)));
+        sq.len += S;
+        return Status::ok();
+    }
+
+    std::unique_ptr<device_model> m_;
+    const model::model_config &c_;
+    engram_hasher hasher_;
+    bool has_engram_;
+    bool official_;
+    const uint16_t *embed_ = nullptr;
+    dlinear head_;
+    const float *norm_ = nullptr, *inv_main_ = nullptr, *inv_compress_ = nullptr;
+    int n_pairs_ = 0;
+    std::vector<layer_dev> layers_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<engine>> make_v41_gpu_engine(std::shared_ptr<const model::weights> w,
+                                                    const engram_tables &tables, const engine_options &opt) {
+    if (opt.remote.any_remote())
+        return Status::not_supported("the GPU engine runs every expert layer locally (remote layers: CPU engine)");
+    const model::model_config &c = w->config();
+    engram_hasher h;
+    const bool has_engram = !c.engram_layer_ids.empty();
+    if (has_engram) {
+        auto r = engram_hasher::make(c, tables.token_map, tables.multipliers);
+        if (!r) return r.status();
+        h = std::move(r.value());
+    }
+    auto m = device_model::make(std::move(w), opt.mode == numerics::OFFICIAL);
+    if (!m) return m.status();
+    auto e = std::make_unique<v41_gpu>(std::move(m.value()), std::move(h), has_engram);
+    DS41RT_RETURN_IF_ERROR(e->load());
+    return std::unique_ptr<engine>(std::move(e));
+}
+
+}  // namespace ds41rt::engine::gpu
