@@ -25,6 +25,11 @@
 // With doubly-stochastic combination the residual streams grow only as sqrt(layers) (each
 // sublayer adds an O(1) vector in a random direction), far inside BF16 / FP32 range.
 //
+// To the filler's descriptor (backend/cpu/dummy_values.h), field for field: format FP8_BLOCK and
+// ENGRAM_TABLE -> FP8_BLOCK, MXFP4 -> MXFP4, BF16 / F32 / I64 the same; rows x cols = the logical
+// shape ([n] is 1 x n); block_out / block_in; NORMAL -> NORMAL with std, CONSTANT -> CONSTANT with
+// mean = value, EXPERT_IDS -> INDEX with index_range = id_range; id; name = entry.name.
+//
 // Thread safety: free functions without shared state.
 #pragma once
 
