@@ -6,7 +6,10 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 
 #include "core/dtype.h"
 
@@ -94,37 +97,68 @@ Status resolve_window(const dummy_tensor_desc &d, dummy_layout *L) {
 // Quantized encoding: the largest code std whose top quantile still fits the top code (an
 // amax-scaled block), the power of two that leaves the code std in (sigma_max / 2, sigma_max],
 // then the code std whose quantized table meets the target (bisection: the table's mean square
-// grows with sigma), and the exact expected std over the jitter tables.
-Status choose_quantized(const dummy_tensor_desc &d, dummy_layout *L) {
-    const auto &q = unit_quantiles(d.dist);
-    const double top = is_fp4(d.format) ? 6.0 : 448.0;
+// grows with sigma), and the exact expected std over the jitter tables. ~0.2-0.6 ms, so results
+// are kept per (format, distribution, std): a model has a handful, and ~47K quantized tensors.
+struct quant_choice {
+    dummy_encoding enc;
+    dummy_code_tables tables{};
+};
+
+quant_choice compute_quantized(dummy_format f, dummy_dist dist, double std, int e, int n_tables) {
+    const auto &q = unit_quantiles(dist);
+    const double top = is_fp4(f) ? 6.0 : 448.0;
     const double sigma_max = top / q[DUMMY_LEVELS - 1];
-    const int e = int(std::ceil(std::log2(d.std / sigma_max)));
-    if (e < -127 || e + (L->jitter ? DUMMY_JITTERS - 1 : 0) > 127)
-        return Status::invalid_argument(label(d) + "std " + std::to_string(d.std) + " is outside the E8M0 scale range");
-    const double want_ms = std::ldexp(d.std, -e) * std::ldexp(d.std, -e);
+    const double want_ms = std::ldexp(std, -e) * std::ldexp(std, -e);
     uint8_t t[DUMMY_LEVELS];
     double lo = sigma_max / 2, hi = sigma_max;
     for (int it = 0; it < 40; it++) {
         const double mid = 0.5 * (lo + hi);
-        make_table(d.format, q, mid, 0, t);
-        (table_ms(d.format, t, 0) < want_ms ? lo : hi) = mid;
+        make_table(f, q, mid, 0, t);
+        (table_ms(f, t, 0) < want_ms ? lo : hi) = mid;
     }
-    make_table(d.format, q, lo, 0, t);
-    const double ms_lo = table_ms(d.format, t, 0);
-    make_table(d.format, q, hi, 0, t);
-    const double ms_hi = table_ms(d.format, t, 0);
+    make_table(f, q, lo, 0, t);
+    const double ms_lo = table_ms(f, t, 0);
+    make_table(f, q, hi, 0, t);
+    const double ms_hi = table_ms(f, t, 0);
+    quant_choice r;
     const double sigma = std::fabs(ms_hi - want_ms) <= std::fabs(ms_lo - want_ms) ? hi : lo;
-    const int n_tables = L->jitter ? DUMMY_JITTERS : 1;
     double ms = 0;
     for (int j = 0; j < n_tables; j++) {
-        make_table(d.format, q, sigma, j, L->tables.code[j]);
-        ms += table_ms(d.format, L->tables.code[j], j) / n_tables;
+        make_table(f, q, sigma, j, r.tables.code[j]);
+        ms += table_ms(f, r.tables.code[j], j) / n_tables;
     }
-    L->enc.scale_exp = e;
-    L->enc.code_std = sigma;
-    L->enc.expected_mean = 0;
-    L->enc.expected_std = std::ldexp(std::sqrt(ms), e);
+    r.enc.scale_exp = e;
+    r.enc.code_std = sigma;
+    r.enc.expected_mean = 0;
+    r.enc.expected_std = std::ldexp(std::sqrt(ms), e);
+    return r;
+}
+
+Status choose_quantized(const dummy_tensor_desc &d, dummy_layout *L) {
+    const double sigma_max = (is_fp4(d.format) ? 6.0 : 448.0) / unit_quantiles(d.dist)[DUMMY_LEVELS - 1];
+    const int e = int(std::ceil(std::log2(d.std / sigma_max)));
+    if (e < -127 || e + (L->jitter ? DUMMY_JITTERS - 1 : 0) > 127)
+        return Status::invalid_argument(label(d) + "std " + std::to_string(d.std) + " is outside the E8M0 scale range");
+    uint64_t std_bits;
+    std::memcpy(&std_bits, &d.std, sizeof std_bits);
+    const auto key = std::make_tuple(int(d.format), int(d.dist), std_bits);
+    static std::mutex mu;
+    static std::map<std::tuple<int, int, uint64_t>, quant_choice> cache;
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        auto it = cache.find(key);
+        if (it != cache.end()) {
+            L->enc = it->second.enc;
+            L->tables = it->second.tables;
+            return Status::ok();
+        }
+    }
+    const quant_choice c = compute_quantized(d.format, d.dist, d.std, e, L->jitter ? DUMMY_JITTERS : 1);
+    L->enc = c.enc;
+    L->tables = c.tables;
+    std::lock_guard<std::mutex> lock(mu);
+    if (cache.size() >= 4096) cache.clear();  // bounded: a model needs a handful
+    cache.emplace(key, c);
     return Status::ok();
 }
 
