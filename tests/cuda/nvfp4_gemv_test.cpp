@@ -36,13 +36,15 @@
 #include "backend/cpu/quant_ops.h"
 #include "backend/cuda/nvfp4_gemv.cuh"
 #include "core/dtype.h"
-#include "core/threads.h"
 #include "cuda_test_util.h"
 
 using namespace ds41rt;
 using namespace ds41rt::backend;
 
 namespace {
+
+using testing_util::nvfp4_weight;
+using testing_util::random_nvfp4;
 
 struct dev_buf {
     void *p = nullptr;
@@ -52,40 +54,6 @@ struct dev_buf {
     dev_buf &operator=(const dev_buf &) = delete;
     template <typename T> T *as() const { return static_cast<T *>(p); }
 };
-
-struct nvfp4_weight {
-    int N = 0, K = 0;
-    std::vector<uint8_t> codes, scales;
-    float ws2 = 0, input_scale = 0;
-    std::vector<float> dequant;  // [N, K]
-};
-
-// A realistic E4M3 block scale byte: 90% in [2, 448] (codes 0x40 .. 0x7e), the rest anywhere
-// below 2 including subnormals and zero; never 0x7f (NaN).
-uint8_t random_scale(std::mt19937 &rng) {
-    if (rng() % 10 != 0) return uint8_t(0x40 + rng() % (0x7e - 0x40 + 1));
-    return uint8_t(rng() % 0x40);
-}
-
-nvfp4_weight random_nvfp4(int N, int K, float ws2, float input_scale, uint32_t seed) {
-    std::mt19937 rng(seed);
-    nvfp4_weight q;
-    q.N = N, q.K = K, q.ws2 = ws2, q.input_scale = input_scale;
-    q.codes.resize(size_t(N) * K / 2);
-    for (auto &b : q.codes) b = uint8_t(rng());
-    q.scales.resize(size_t(N) * K / 16);
-    for (auto &s : q.scales) s = random_scale(rng);
-    q.dequant.resize(size_t(N) * K);
-    parallel_for(N, [&](int64_t n0, int64_t n1) {
-        for (int64_t n = n0; n < n1; n++)
-            for (int b = 0; b < K / 16; b++) {
-                const float s = e4m3_to_f32(q.scales[size_t(n) * (K / 16) + b]) * ws2;
-                for (int k = b * 16; k < b * 16 + 16; k++)
-                    q.dequant[size_t(n) * K + k] = e2m1_to_f32(e2m1_unpack(q.codes.data() + size_t(n) * K / 2, size_t(k))) * s;
-            }
-    });
-    return q;
-}
 
 // bf16 rows N(0, 1), with every 7th 16-block scaled by 1e-6 and every 11th by 1e3.
 std::vector<float> random_rows(int M, int K, uint32_t seed) {
