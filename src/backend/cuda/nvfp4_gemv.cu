@@ -11,9 +11,9 @@
 // under 60 at M = 16 against a ridge of ~200, so HBM binds. The six experts' w1 + w3 of one
 // token (12 matrices, 79.6 MB) take ~18.5 us at the H200's ~4.3 TB/s copy rate; their w2 (39.8
 // MB) ~9.3 us. The issue rate binds second: per 16-row x 128-k chunk (1,152 bytes) a warp spends
-// ~170 instructions (mostly the code decode, 3.5 per pair of weights), and 4.3 TB/s needs one
-// chunk per ~280 issue slots of the whole GPU (132 SMs x 4 schedulers x ~1.98 GHz): ~60% of
-// issue, so the decode below is written for instruction count first.
+// ~170 instructions (mostly the code decode, ~3.5 per pair of weights; estimated from the PTX,
+// not yet profiled), and 4.3 TB/s needs one chunk per ~280 issue slots of the whole GPU (132 SMs
+// x 4 schedulers x ~1.98 GHz): ~60% of issue, so the decode is written for instruction count.
 //
 // Numerics (why the result is within fp32 summation error of the CPU's fp64 sum):
 //  - x: nvfp4_quant_x_kernel reproduces backend/cpu nvfp4_fake_quant_act bit for bit (the same
@@ -21,7 +21,7 @@
 //    chain, bf16 RNE): xq is a bf16 value. It is stored as fp16 after a per-row power-of-two
 //    shift that puts the row's largest |xq| in [2^14, 2^15): exact for every element down to
 //    2^-31 of the row's largest (8 bf16 bits need fp16 values >= 2^-17); smaller ones round
-//    with an absolute error below 2^-40 of that largest, far under fp32 summation error.
+//    with an absolute error of at most 2^-39 of that largest, far under fp32 summation error.
 //  - w: an E2M1 code becomes its E4M3 byte (value * 2^-6, exact; 9 integer ops per 8 codes, as
 //    gemv.cu), cvt.rn.f16x2.e4m3x2 makes it fp16 (exact), and one fp16 multiply by the E4M3
 //    block scale (fp16, exact) gives code * scale * 2^-6: a multiple of 2^-16 with at most 6
