@@ -204,11 +204,13 @@ protected:
                 check_quantized_x(ws.p, plan->x_offset[i], xs[i], specs[i].M, specs[i].w->K, specs[i].w->input_scale,
                                   name + " matrix " + std::to_string(i));
         }
-        std::printf("[ nvfp4   ] %-40s %2zu matrices  worst rel err %.3g\n", name.c_str(), specs.size(), worst);
+        const int max_ks = *std::max_element(plan->ksplit.begin(), plan->ksplit.end());
+        std::printf("[ nvfp4   ] %-44s %2zu matrices  max ksplit %2d  worst rel err %.3g\n", name.c_str(), specs.size(), max_ks,
+                    worst);
     }
 };
 
-TEST_F(CudaNvfp4Gemv, tiny_ragged_shapes) {
+TEST_F(CudaNvfp4Gemv, tiny_ragged_and_split_k_shapes) {
     const nvfp4_weight a = random_nvfp4(16, 32, 1e-2f, 2e-3f, 1), b = random_nvfp4(37, 96, 3e-3f, 1.5e-3f, 2),
                        c = random_nvfp4(100, 160, 5e-4f, 4e-3f, 3), d = random_nvfp4(24, 288, 2e-2f, 1e-4f, 4),
                        e = random_nvfp4(130, 1056, 7e-4f, 1.6e-3f, 5);
@@ -217,6 +219,10 @@ TEST_F(CudaNvfp4Gemv, tiny_ragged_shapes) {
     run_batch({{&c, 9, 2}}, "100x160 M9 (two token tiles)");
     run_batch({{&d, 16, 3}}, "24x288 M16 (input_scale 1e-4: E4M3 saturates)");
     run_batch({{&e, 5, 4}}, "130x1056 M5");
+    // One matrix alone: few tiles, so K is split across warps (the last-arriving slice sums).
+    const nvfp4_weight g1 = random_nvfp4(2304, 5120, 3e-5f, 1.7e-3f, 6), g2 = random_nvfp4(5120, 2304, 4e-5f, 6e-3f, 7);
+    run_batch({{&g1, 3, 5}}, "single w1 2304x5120 M3 (split K)");
+    run_batch({{&g2, 1, 6}}, "single w2 5120x2304 M1 (split K)");
     // Mixed M and shared x in one batch.
     run_batch({{&a, 2, 10}, {&b, 7, 11}, {&c, 7, 12}, {&e, 16, 13}}, "mixed tiny batch");
 }
