@@ -226,7 +226,9 @@ protected:
                 float acc = 0;
                 for (int s = 0; s < R; s++)  // slots are in increasing expert id
                     if (p.slot_row[size_t(s)] == b) {
-                        float v = ye[size_t(s) * D + d];
+                        // volatile: the GPU rounds the product and the sum separately; keep a
+                        // -march=... host build from fusing them.
+                        volatile float v = ye[size_t(s) * D + d];
                         if (after) v = v * p.slot_weight[size_t(s)];
                         acc = acc + v;
                     }
@@ -244,7 +246,7 @@ protected:
                 const host_expert &w = set.host[size_t(set.slot[r.expert])];
                 const std::vector<float> y = cpu_expert(w, x.data() + size_t(b) * D, limit, r.weight, !after);
                 for (int d = 0; d < D; d++) {
-                    const float v = after ? y[size_t(d)] * r.weight : y[size_t(d)];
+                    volatile float v = after ? y[size_t(d)] * r.weight : y[size_t(d)];
                     acc[size_t(d)] = acc[size_t(d)] + v;
                 }
             }
