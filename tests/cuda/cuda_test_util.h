@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/threads.h"
 
 namespace ds41rt::testing_util {
 
@@ -47,6 +48,44 @@ inline quant_weight random_mxfp4(int N, int K, uint32_t seed) {
         for (int k = 0; k < K; k++)
             q.dequant[size_t(n) * K + k] = e2m1_to_f32(e2m1_unpack(q.w.data() + size_t(n) * K / 2, size_t(k))) *
                                            e8m0_to_f32(q.scale[size_t(n) * (K / 32) + k / 32]);
+    return q;
+}
+
+// NVFP4 as ModelOpt writes it: packed E2M1 (low nibble = even k), one E4M3 scale per (row, 16
+// k), two fp32 scalars; dequantized as model::nvfp4_dequantize defines it (e2m1 * fp32(e4m3 *
+// ws2), in that order; model/nvfp4.cpp itself needs libfmt, which the static GPU binaries do not
+// link).
+struct nvfp4_weight {
+    int N = 0, K = 0;
+    std::vector<uint8_t> codes, scales;
+    float ws2 = 0, input_scale = 0;
+    std::vector<float> dequant;  // [N, K]
+};
+
+// A realistic E4M3 block scale byte: 90% in [2, 448] (codes 0x40 .. 0x7e), the rest anywhere
+// below 2 including subnormals and zero; never 0x7f (NaN).
+inline uint8_t random_scale(std::mt19937 &rng) {
+    if (rng() % 10 != 0) return uint8_t(0x40 + rng() % (0x7e - 0x40 + 1));
+    return uint8_t(rng() % 0x40);
+}
+
+inline nvfp4_weight random_nvfp4(int N, int K, float ws2, float input_scale, uint32_t seed) {
+    std::mt19937 rng(seed);
+    nvfp4_weight q;
+    q.N = N, q.K = K, q.ws2 = ws2, q.input_scale = input_scale;
+    q.codes.resize(size_t(N) * K / 2);
+    for (auto &b : q.codes) b = uint8_t(rng());
+    q.scales.resize(size_t(N) * K / 16);
+    for (auto &s : q.scales) s = random_scale(rng);
+    q.dequant.resize(size_t(N) * K);
+    ds41rt::parallel_for(N, [&](int64_t n0, int64_t n1) {
+        for (int64_t n = n0; n < n1; n++)
+            for (int b = 0; b < K / 16; b++) {
+                const float s = e4m3_to_f32(q.scales[size_t(n) * (K / 16) + b]) * ws2;
+                for (int k = b * 16; k < b * 16 + 16; k++)
+                    q.dequant[size_t(n) * K + k] = e2m1_to_f32(e2m1_unpack(q.codes.data() + size_t(n) * K / 2, size_t(k))) * s;
+            }
+    });
     return q;
 }
 

@@ -30,6 +30,14 @@
 // the GEMV kernel that this file leaves to its owner. The small kernels here take the routing as
 // parameters too (about 1.6 KB), so one step is a pure sequence of launches.
 //
+// NVFP4 layers (moe_layer.nvfp4_experts): the same routing, gather and combine around
+// nvfp4_gemv (W4A4: x quantized per 16 with each expert's input_scale; at B = 1 the experts share
+// x but not its quantization), the rounding points of backend/cpu nvfp4_w4a4_swiglu (bf16 gate,
+// up, silu and h; the expert output stays fp32, so the combine adds it unrounded), the route
+// weight applied to h before its W4A4 quantization (weight_after_w2 false) or to the expert
+// output (true). Cost per selected expert: 3 x 6.64 MB of codes and scales (0.5625 B per weight),
+// 19.9 MB; B = 1 reads 119.5 MB (~28 us at ~4.3 TB/s).
+//
 // Invariants: B <= 16, R <= 128, D and I multiples of 32, x 16-byte aligned, out != x.
 // Graph-capturable: yes, for the routing the plan was built with (STYLE 17 wants routing read
 // from device memory; see above for why this first version cannot, and the header for what a
@@ -72,7 +80,11 @@ __global__ void moe_decode_gather_kernel(const __grid_constant__ routing_params 
     for (int i = threadIdx.x; i < p.D / 4; i += blockDim.x) dst[i] = src[i];
 }
 
-template <bool OFFICIAL>
+// Rounding points: REFERENCE none; OFFICIAL bf16 gate / up and h; NVFP4 (backend/cpu
+// nvfp4_w4a4_swiglu) bf16 gate / up, bf16 silu and bf16 h.
+enum numerics_mode { REFERENCE = 0, OFFICIAL = 1, NVFP4 = 2 };
+
+template <int MODE>
 __global__ void moe_decode_swiglu_kernel(const __grid_constant__ routing_params p,
                                          const float *__restrict__ gate,  // [R, I] w1 x, fp32
                                          const float *__restrict__ up,    // [R, I] w3 x, fp32
@@ -81,14 +93,16 @@ __global__ void moe_decode_swiglu_kernel(const __grid_constant__ routing_params 
     const size_t n = size_t(p.R) * p.I;
     for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
         float g = gate[i], u = up[i];
-        if (OFFICIAL) g = round_bf16(g), u = round_bf16(u);
+        if (MODE != REFERENCE) g = round_bf16(g), u = round_bf16(u);
         if (limit > 0) {
             u = fminf(fmaxf(u, -limit), limit);
             g = fminf(g, limit);
         }
-        float v = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+        float sg = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
+        if (MODE == NVFP4) sg = round_bf16(sg);
+        float v = __fmul_rn(sg, u);
         if (weight_before) v = __fmul_rn(p.slot_weight[i / size_t(p.I)], v);
-        h[i] = OFFICIAL ? round_bf16(v) : v;
+        h[i] = MODE != REFERENCE ? round_bf16(v) : v;
     }
 }
 
@@ -149,16 +163,24 @@ Result<moe_decode_plan> plan_moe_decode(const device_info &dev, const moe_layer 
         return Status::invalid_argument("moe decode: x, out and the step buffers must be set, x 16-byte aligned");
     if (static_cast<const void *>(out) == static_cast<const void *>(x))
         return Status::invalid_argument("moe decode: out must not alias x");
+    const bool nvfp4 = !layer.nvfp4_experts.empty();
+    auto held = [&](uint32_t e) {
+        if (nvfp4)
+            return e < layer.nvfp4_experts.size() && layer.nvfp4_experts[e].w1 && layer.nvfp4_experts[e].w2 &&
+                   layer.nvfp4_experts[e].w3;
+        return e < layer.experts.size() && layer.experts[e].w1 && layer.experts[e].w2 && layer.experts[e].w3;
+    };
     for (int r = 0; r < B * K; r++) {
         const uint32_t e = routes[size_t(r)].expert;
-        if (e >= layer.experts.size() || !layer.experts[e].w1 || !layer.experts[e].w2 || !layer.experts[e].w3)
+        if (!held(e))
             return Status::invalid_argument("moe decode: row " + std::to_string(r / K) + " routes to expert " +
                                             std::to_string(e) + ", which is not held here");
     }
 
     moe_decode_plan plan;
     plan.B = B, plan.R = B * K, plan.D = D, plan.I = I;
-    plan.act_block = layer.act_block, plan.swiglu_limit = layer.swiglu_limit;
+    plan.act_block = nvfp4 ? 0 : layer.act_block, plan.swiglu_limit = layer.swiglu_limit;
+    plan.nvfp4 = nvfp4;
     plan.weight_after_w2 = layer.weight_after_w2;
     plan.x = x, plan.out = out, plan.buf = buf;
 
@@ -187,6 +209,7 @@ Result<moe_decode_plan> plan_moe_decode(const device_info &dev, const moe_layer 
     }
 
     std::vector<gemv_matrix> up, down;
+    std::vector<nvfp4_matrix> up4, down4;
     for (int s0 = 0; s0 < plan.R;) {
         const uint32_t e = routes[size_t(order[size_t(s0)])].expert;
         int s1 = s0;
@@ -194,6 +217,23 @@ Result<moe_decode_plan> plan_moe_decode(const device_info &dev, const moe_layer 
         if (s1 - s0 > MOE_MAX_ROWS)
             return Status::not_supported("moe decode: expert " + std::to_string(e) + " has " +
                                          std::to_string(s1 - s0) + " routes in one step (at most 16)");
+        plan.experts_read++;
+        if (nvfp4) {
+            const moe_nvfp4_expert &w = layer.nvfp4_experts[e];
+            nvfp4_matrix m;
+            m.M = s1 - s0, m.N = I, m.K = D, m.x = B == 1 ? x : buf.xg + size_t(s0) * D;
+            m.weight_scale_2 = w.w13_weight_scale_2, m.input_scale = w.w13_input_scale;
+            m.w = w.w1, m.scale = w.w1_scale, m.y = buf.gate + size_t(s0) * I;
+            up4.push_back(m);
+            m.w = w.w3, m.scale = w.w3_scale, m.y = buf.up + size_t(s0) * I;
+            up4.push_back(m);
+            m.N = D, m.K = I, m.x = buf.h + size_t(s0) * I;
+            m.weight_scale_2 = w.w2_weight_scale_2, m.input_scale = w.w2_input_scale;
+            m.w = w.w2, m.scale = w.w2_scale, m.y = buf.ye + size_t(s0) * D;
+            down4.push_back(m);
+            s0 = s1;
+            continue;
+        }
         const moe_expert &w = layer.experts[e];
         gemv_matrix m;
         m.fp4 = true, m.act_block = layer.act_block, m.M = s1 - s0;
@@ -206,8 +246,18 @@ Result<moe_decode_plan> plan_moe_decode(const device_info &dev, const moe_layer 
         m.N = D, m.K = I, m.x = buf.h + size_t(s0) * I;
         m.w = w.w2, m.scale = w.w2_scale, m.y = buf.ye + size_t(s0) * D;
         down.push_back(m);
-        plan.experts_read++;
         s0 = s1;
+    }
+    if (nvfp4) {
+        auto pu = plan_nvfp4_gemv(dev, up4);
+        if (!pu) return pu.status();
+        auto pd = plan_nvfp4_gemv(dev, down4);
+        if (!pd) return pd.status();
+        plan.up4 = std::move(pu.value());
+        plan.down4 = std::move(pd.value());
+        plan.down_offset = align256(plan.up4.workspace_bytes);
+        plan.workspace_bytes = plan.down_offset + std::max<size_t>(plan.down4.workspace_bytes, 1);
+        return plan;
     }
     auto pu = plan_gemv(dev, up);
     if (!pu) return pu.status();
@@ -235,16 +285,25 @@ Status run_moe_decode(const moe_decode_plan &plan, void *workspace, cudaStream_t
         moe_decode_gather_kernel<<<plan.R, 256, 0, stream>>>(p, plan.x, plan.buf.xg);
         DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     }
-    DS41RT_RETURN_IF_ERROR(run_gemv(plan.up, workspace, stream));
+    char *down_ws = static_cast<char *>(workspace) + plan.down_offset;
+    if (plan.nvfp4)
+        DS41RT_RETURN_IF_ERROR(run_nvfp4_gemv(plan.up4, workspace, stream));
+    else
+        DS41RT_RETURN_IF_ERROR(run_gemv(plan.up, workspace, stream));
     const size_t n = size_t(plan.R) * plan.I;
     const unsigned grid = unsigned(std::min<size_t>((n + 255) / 256, 4096));
     const bool before = !plan.weight_after_w2;
-    if (official)
-        moe_decode_swiglu_kernel<true><<<grid, 256, 0, stream>>>(p, plan.buf.gate, plan.buf.up, plan.buf.h, plan.swiglu_limit, before);
+    if (plan.nvfp4)
+        moe_decode_swiglu_kernel<NVFP4><<<grid, 256, 0, stream>>>(p, plan.buf.gate, plan.buf.up, plan.buf.h, plan.swiglu_limit, before);
+    else if (official)
+        moe_decode_swiglu_kernel<OFFICIAL><<<grid, 256, 0, stream>>>(p, plan.buf.gate, plan.buf.up, plan.buf.h, plan.swiglu_limit, before);
     else
-        moe_decode_swiglu_kernel<false><<<grid, 256, 0, stream>>>(p, plan.buf.gate, plan.buf.up, plan.buf.h, plan.swiglu_limit, before);
+        moe_decode_swiglu_kernel<REFERENCE><<<grid, 256, 0, stream>>>(p, plan.buf.gate, plan.buf.up, plan.buf.h, plan.swiglu_limit, before);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    DS41RT_RETURN_IF_ERROR(run_gemv(plan.down, static_cast<char *>(workspace) + plan.down_offset, stream));
+    if (plan.nvfp4)
+        DS41RT_RETURN_IF_ERROR(run_nvfp4_gemv(plan.down4, down_ws, stream));
+    else
+        DS41RT_RETURN_IF_ERROR(run_gemv(plan.down, down_ws, stream));
     const dim3 cgrid(unsigned((plan.D + 255) / 256), unsigned(plan.B));
     if (official)
         moe_decode_combine_kernel<true><<<cgrid, 256, 0, stream>>>(p, plan.buf.ye, plan.out, plan.weight_after_w2);

@@ -1,6 +1,6 @@
 // The routed experts of one MoE layer at decode: B token rows (1..16), each with K routes
-// (expert id, FP32 gate weight), through MXFP4 SwiGLU experts, summed per row in FP32 in
-// increasing expert id. Matches backend/cpu routed_expert_sum (same rounding points in official
+// (expert id, FP32 gate weight), through MXFP4 (or NVFP4 W4A4) SwiGLU experts, summed per row in
+// FP32 in increasing expert id. Matches backend/cpu routed_expert_sum (same rounding points in official
 // numerics: bf16 gate / up / h / expert output, FP8 activations before each expert matmul).
 //
 // Routing data: the expert set of a step is known on the host when the plan is built (the
@@ -28,6 +28,7 @@
 
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/gemv.cuh"
+#include "backend/cuda/nvfp4_gemv.cuh"
 #include "core/status.h"
 
 namespace ds41rt::backend::cuda {
@@ -42,9 +43,23 @@ struct moe_expert {
     const uint8_t *w2 = nullptr, *w2_scale = nullptr;
 };
 
+// One routed expert in NVFP4 W4A4 (layouts as nvfp4_matrix, bytes as published): w1 and w3
+// share weight_scale_2 and input_scale (model/weights checks that at load).
+struct moe_nvfp4_expert {
+    const uint8_t *w1 = nullptr, *w1_scale = nullptr;
+    const uint8_t *w3 = nullptr, *w3_scale = nullptr;
+    const uint8_t *w2 = nullptr, *w2_scale = nullptr;
+    float w13_weight_scale_2 = 0, w13_input_scale = 0;
+    float w2_weight_scale_2 = 0, w2_input_scale = 0;
+};
+
 struct moe_layer {
     int D = 0, I = 0;                 // V4.1: 5120, 2304. V4: 4096, 2048
     std::vector<moe_expert> experts;  // by expert id; w1 == nullptr: not held here
+    // Non-empty: the layer's experts are NVFP4 (by id, w1 == nullptr: not held), `experts` and
+    // act_block are unused, and the numerics are backend/cpu nvfp4_w4a4_swiglu's (W4A4 GEMVs,
+    // bf16 gate / up / silu / h, fp32 expert outputs) with the route weight as below.
+    std::vector<moe_nvfp4_expert> nvfp4_experts;
     int act_block = 0;                // 0: reference numerics; 32 (V4.1) / 128 (V4): official
     float swiglu_limit = 0;           // 0: no clamp
     bool weight_after_w2 = false;     // as backend/cpu expert_numerics
@@ -79,6 +94,8 @@ struct moe_decode_plan {
     float *out = nullptr;
     moe_buffers buf;
     gemv_plan up, down;            // w1 + w3 of every selected expert; w2 of every selected expert
+    bool nvfp4 = false;            // NVFP4 layer: up4 / down4 instead of up / down
+    nvfp4_gemv_plan up4, down4;
     size_t workspace_bytes = 0;    // the two GEMV workspaces, up's first
     size_t down_offset = 0;
     std::vector<int> slot_row;     // [R] token row of each slot (slots sorted by expert, then row)
