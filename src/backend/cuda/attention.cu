@@ -314,7 +314,9 @@ attention_plan make_plan(const attention_batch &b, int sms) {
     return p;
 }
 
-// The fallback workspace: one buffer per (device, stream), grown when a larger shape comes.
+// The fallback workspace: one buffer per (device, stream), grown (at least doubling) when a larger
+// shape comes. A replaced buffer is never freed: work already queued, or a graph captured on the
+// stream, may still use it; the doubling bounds what is kept to twice the largest buffer.
 Result<void *> stream_workspace(size_t bytes, cudaStream_t stream) {
     static std::mutex mu;
     static std::map<std::pair<int, cudaStream_t>, std::pair<void *, size_t>> buffers;
@@ -329,13 +331,10 @@ Result<void *> stream_workspace(size_t bytes, cudaStream_t stream) {
         return Status::invalid_argument("attention: the stream is being captured and its workspace must grow to " +
                                         std::to_string(bytes) +
                                         " bytes; pass attention_batch::workspace or run the shape once first");
-    if (ptr) {
-        DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // earlier calls may still use it
-        DS41RT_CUDA_RETURN_IF_ERROR(cudaFree(ptr));
-        ptr = nullptr, have = 0;
-    }
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, bytes));
-    have = bytes;
+    const size_t grow = std::max(bytes, 2 * have);
+    void *fresh = nullptr;
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&fresh, grow));
+    ptr = fresh, have = grow;
     return ptr;
 }
 

@@ -35,9 +35,10 @@ struct attention_batch {
     int R = 0, H = 0, L = 0, hd = 0;     // hd <= 512, multiple of 4 (V4.1/V4: 512; fixtures 40/64)
     bool official = false;
     float *out = nullptr;                // [R, H, hd] device, must not alias q or the keys
-    // attention_workspace_bytes(*this) bytes of device memory, or nullptr: then a buffer kept per
-    // (device, stream) is grown on first use (a cudaMalloc, refused while the stream is being
-    // captured: run one call at the largest shape before capturing, or pass a workspace).
+    // Added to the interface first agreed: attention_workspace_bytes(*this) bytes of device memory
+    // (16-byte aligned), or nullptr: then a buffer kept per (device, stream) is grown when a larger
+    // shape comes (a cudaMalloc, refused while the stream is being captured: run one call at the
+    // largest shape before capturing, or pass a workspace). Used by one call at a time.
     void *workspace = nullptr;
 };
 
