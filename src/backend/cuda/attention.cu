@@ -57,7 +57,6 @@ namespace ds41rt::backend::cuda {
 namespace {
 
 constexpr int BLK = 64;         // the reference kernel's block of list entries
-constexpr int DC = 32;          // dims staged per step of the scores kernel
 constexpr int PV_HEADS = 64;    // heads of one P.V CTA (the keys are read once per 64 heads)
 constexpr int PV_DIMS = 32;     // dims of one P.V CTA
 constexpr int PV_THREADS = 128; // 16 head slots x 8 dim quads, 4 heads x 4 dims per thread
@@ -87,40 +86,62 @@ __device__ __forceinline__ float4 finish4(float4 a, float den, bool official) {
 
 // Scores of HS heads x KS list entries of row blockIdx.z; each thread TH heads x TK entries.
 // Per d it does TH + TK shared loads for TH * TK fp64 FMAs. Shared rows are padded by one
-// double so the 16 entries a warp reads at one d cover the 32 banks once.
-template <int HS, int KS, int TH, int TK>
+// double so the 16 entries a warp reads at one d cover the 32 banks once. The next DCH dims are
+// loaded into registers while the current ones are multiplied, so a CTA waits on memory about
+// once per chunk instead of load-then-compute (at R = 1 each SM holds only about one CTA).
+template <int HS, int KS, int TH, int TK, int DCH>
 __global__ void __launch_bounds__((HS / TH) * (KS / TK))
     scores_kernel(const float *q, const float *const *keys, int H, int L, int hd, float scale, int Lp, float *sc) {
-    constexpr int KX = KS / TK, HY = HS / TH, NT = KX * HY;
-    __shared__ double q_s[HS][DC + 1];
-    __shared__ double k_s[KS][DC + 1];
+    constexpr int KX = KS / TK, HY = HS / TH, NT = KX * HY, C4 = DCH / 4;
+    constexpr int QV = HS * C4 / NT, KV = KS * C4 / NT;  // float4 loads per thread and chunk
+    static_assert(HS * C4 % NT == 0 && KS * C4 % NT == 0, "the chunk must split evenly over the threads");
+    __shared__ double q_s[HS][DCH + 1];
+    __shared__ double k_s[KS][DCH + 1];
     __shared__ const float *kp[KS];
     const int r = blockIdx.z, h0 = blockIdx.y * HS, i0 = blockIdx.x * KS, tid = threadIdx.x;
     for (int j = tid; j < KS; j += NT) kp[j] = i0 + j < L ? keys[size_t(r) * L + i0 + j] : nullptr;
     __syncthreads();
+    float4 qr[QV], kr[KV];
+    auto fetch = [&](int d0) {
+#pragma unroll
+        for (int u = 0; u < QV; u++) {
+            const int e = tid + u * NT, row = e / C4, h = h0 + row, d = d0 + 4 * (e % C4);
+            qr[u] = (h < H && d < hd) ? load4(q + (size_t(r) * H + h) * hd + d) : zero4();
+        }
+#pragma unroll
+        for (int u = 0; u < KV; u++) {
+            const int e = tid + u * NT, d = d0 + 4 * (e % C4);
+            const float *p = kp[e / C4];
+            kr[u] = (p && d < hd) ? load4(p + d) : zero4();
+        }
+    };
+    auto stash = [&]() {
+#pragma unroll
+        for (int u = 0; u < QV; u++) {
+            const int e = tid + u * NT, row = e / C4, c = 4 * (e % C4);
+            q_s[row][c] = qr[u].x, q_s[row][c + 1] = qr[u].y, q_s[row][c + 2] = qr[u].z, q_s[row][c + 3] = qr[u].w;
+        }
+#pragma unroll
+        for (int u = 0; u < KV; u++) {
+            const int e = tid + u * NT, row = e / C4, c = 4 * (e % C4);
+            k_s[row][c] = kr[u].x, k_s[row][c + 1] = kr[u].y, k_s[row][c + 2] = kr[u].z, k_s[row][c + 3] = kr[u].w;
+        }
+    };
     const int tk = tid % KX, th = tid / KX;
     double acc[TH][TK];
 #pragma unroll
     for (int a = 0; a < TH; a++)
 #pragma unroll
         for (int b = 0; b < TK; b++) acc[a][b] = 0.0;
-    for (int d0 = 0; d0 < hd; d0 += DC) {
-        for (int e = tid; e < HS * (DC / 4); e += NT) {
-            const int row = e / (DC / 4), c = e % (DC / 4), h = h0 + row, d = d0 + 4 * c;
-            const float4 v = (h < H && d < hd) ? load4(q + (size_t(r) * H + h) * hd + d) : zero4();
-            q_s[row][4 * c] = v.x, q_s[row][4 * c + 1] = v.y, q_s[row][4 * c + 2] = v.z, q_s[row][4 * c + 3] = v.w;
-        }
-        for (int e = tid; e < KS * (DC / 4); e += NT) {
-            const int row = e / (DC / 4), c = e % (DC / 4), d = d0 + 4 * c;
-            const float *p = kp[row];
-            const float4 v = (p && d < hd) ? load4(p + d) : zero4();
-            k_s[row][4 * c] = v.x, k_s[row][4 * c + 1] = v.y, k_s[row][4 * c + 2] = v.z, k_s[row][4 * c + 3] = v.w;
-        }
+    fetch(0);
+    for (int d0 = 0; d0 < hd; d0 += DCH) {
+        stash();
         __syncthreads();
+        if (d0 + DCH < hd) fetch(d0 + DCH);
         // Dims past hd are zeros on both sides: fma(0, 0, acc) leaves acc as it is. fma equals
         // the host's acc + product because the product of two floats is exact in fp64.
 #pragma unroll 8
-        for (int dd = 0; dd < DC; dd++) {
+        for (int dd = 0; dd < DCH; dd++) {
             double qa[TH], kb[TK];
 #pragma unroll
             for (int a = 0; a < TH; a++) qa[a] = q_s[th + a * HY][dd];
@@ -180,17 +201,17 @@ __global__ void __launch_bounds__(32 * SOFTMAX_WARPS)
         for (int i = lane; i < Lp; i += 32) s[i] = __fdiv_rn(s[i], den);
         return;
     }
+    // Branch-free, so that the shuffles and exps of consecutive blocks can overlap; only m and
+    // den carry from one block to the next.
     float m = -INFINITY, den = 0.0f;
+#pragma unroll 2
     for (int b = 0; b < nblk; b++) {
         float *sb = s + b * BLK;
         const float s1 = sb[lane], s2 = sb[lane + 32];
-        const float bm = warp_max(fmaxf(m, fmaxf(s1, s2)));
-        if (bm == -INFINITY) {  // nothing real yet: the host skips the block (acc stays 0)
-            sb[lane] = 0.0f, sb[lane + 32] = 0.0f;
-            if (lane == 0) rescale[size_t(rh) * nblk + b] = 1.0f;
-            continue;
-        }
-        const float rs = exp_f(__fsub_rn(m, bm));  // 0 at the first real block (m = -inf)
+        const float bm = fmaxf(m, warp_max(fmaxf(s1, s2)));
+        // Before the first real key (bm = -inf) the host skips the block: rescale 1 and zero
+        // weights leave acc and den at 0. At the first real block m = -inf and rescale is 0.
+        const float rs = bm > -INFINITY ? exp_f(__fsub_rn(m, bm)) : 1.0f;
         const float e1 = s1 > -INFINITY ? exp_f(__fsub_rn(s1, bm)) : 0.0f;
         const float e2 = s2 > -INFINITY ? exp_f(__fsub_rn(s2, bm)) : 0.0f;
         den = __fadd_rn(__fmul_rn(den, rs), warp_sum(__fadd_rn(e1, e2)));
@@ -377,11 +398,11 @@ Status run_attention(const attention_batch &b, cudaStream_t stream) {
 
     if (p.big_scores) {
         const dim3 grid(unsigned(p.Lp / 64), unsigned((b.H + 31) / 32), unsigned(b.R));
-        scores_kernel<32, 64, 4, 4><<<grid, (32 / 4) * (64 / 4), 0, stream>>>(b.q, b.keys, b.H, b.L, b.hd, b.scale,
+        scores_kernel<32, 64, 4, 4, 32><<<grid, (32 / 4) * (64 / 4), 0, stream>>>(b.q, b.keys, b.H, b.L, b.hd, b.scale,
                                                                             p.Lp, sc);
     } else {
         const dim3 grid(unsigned(p.Lp / 32), unsigned((b.H + 7) / 8), unsigned(b.R));
-        scores_kernel<8, 32, 2, 2><<<grid, (8 / 2) * (32 / 2), 0, stream>>>(b.q, b.keys, b.H, b.L, b.hd, b.scale,
+        scores_kernel<8, 32, 2, 2, 64><<<grid, (8 / 2) * (32 / 2), 0, stream>>>(b.q, b.keys, b.H, b.L, b.hd, b.scale,
                                                                           p.Lp, sc);
     }
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
