@@ -179,6 +179,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 // One warp per (r, h): scores -> weights in place; OFFICIAL also rescale [R, H, nblk] and den [R, H].
+// Only -inf marks a missing key, so a NaN score (bad input) still poisons the output as on the host.
 __global__ void __launch_bounds__(32 * SOFTMAX_WARPS)
     softmax_kernel(float *sc, const float *sink, int RH, int H, int L, int Lp, int nblk, bool official,
                    float *rescale, float *den_out) {
@@ -193,7 +194,7 @@ __global__ void __launch_bounds__(32 * SOFTMAX_WARPS)
         float part = 0.0f;
 #pragma unroll 4  // lets the independent fp64 exps of a lane overlap
         for (int i = lane; i < Lp; i += 32) {
-            const float e = s[i] > -INFINITY ? exp_f(__fsub_rn(s[i], m)) : 0.0f;
+            const float e = s[i] != -INFINITY ? exp_f(__fsub_rn(s[i], m)) : 0.0f;
             s[i] = e;
             part = __fadd_rn(part, e);
         }
@@ -212,8 +213,8 @@ __global__ void __launch_bounds__(32 * SOFTMAX_WARPS)
         // Before the first real key (bm = -inf) the host skips the block: rescale 1 and zero
         // weights leave acc and den at 0. At the first real block m = -inf and rescale is 0.
         const float rs = bm > -INFINITY ? exp_f(__fsub_rn(m, bm)) : 1.0f;
-        const float e1 = s1 > -INFINITY ? exp_f(__fsub_rn(s1, bm)) : 0.0f;
-        const float e2 = s2 > -INFINITY ? exp_f(__fsub_rn(s2, bm)) : 0.0f;
+        const float e1 = s1 != -INFINITY ? exp_f(__fsub_rn(s1, bm)) : 0.0f;
+        const float e2 = s2 != -INFINITY ? exp_f(__fsub_rn(s2, bm)) : 0.0f;
         den = __fadd_rn(__fmul_rn(den, rs), warp_sum(__fadd_rn(e1, e2)));
         sb[lane] = dev::round_bf16(e1), sb[lane + 32] = dev::round_bf16(e2);
         if (lane == 0) rescale[size_t(rh) * nblk + b] = rs;
