@@ -1,22 +1,52 @@
-// Sparse attention rows on the GPU, the twin of engine/attention_row (shared by V4 and V4.1):
-// K = V (one latent head), a per-head sink in the softmax denominator only, null keys skipped.
-// TRANSFORMERS: one softmax over every score and the sink, P.V summed in fp64. OFFICIAL: the
-// reference kernel's online softmax over blocks of 64 list entries, bf16 probabilities for P.V,
-// the sink joining the denominator last, bf16 output.
+// Sparse attention rows on the GPU: the twin of engine/attention_row's attend_row (V4 and V4.1),
+// many query rows at once. K = V (one shared latent head), a per-head sink that joins only the
+// softmax denominator, a key list per query row whose nullptr entries are skipped (index -1).
+//
+// Numerics (see attention.cu for the order of every sum):
+//  - Scores: the host's bits (fp64 dot products summed in the host's order, rounded once).
+//  - TRANSFORMERS (official = false): one softmax over all scores and the sink; weights p = e / den
+//    as the host forms them; P.V summed in fp32 (the host sums in fp64), so outputs are within
+//    ~1e-6 of the row's largest |out| (tests/cuda/attention_test.cpp states the bound).
+//  - OFFICIAL: the reference kernel's blocks of 64 list entries, running max over real scores,
+//    bf16(exp(score - max)) weights for P.V, the sink's exp joining the denominator last, bf16
+//    output: equal to the host's bits except where the fp32 sums land a value across a bf16
+//    rounding boundary (one bf16 ulp).
+//  - Every sum runs in an order fixed by (L, hd) alone, so a row's output bits do not depend on R
+//    or on the other rows of the batch (decode and prefill agree exactly).
+//  - No key at all (L = 0 or every entry nullptr): out = 0, as the host gives.
 #pragma once
+
 #include <cuda_runtime.h>
+
+#include <cstddef>
+
 #include "core/status.h"
+
 namespace ds41rt::backend::cuda {
-// R query rows x H heads; row r's key list keys[r * L .. r * L + L) (device pointers to rows of
-// hd fp32 values, or null) serves all of its heads. q, out: [R, H, hd]; sink: [H].
+
+// R query rows x H heads; each query row r has its own key list of L entries (same list for all
+// H heads of that row): keys[r * L + i] is a device pointer to a key row of hd fp32 values, or
+// nullptr (skipped; the OFFICIAL list pads with it). K = V.
 struct attention_batch {
-    const float *q = nullptr;
-    const float *const *keys = nullptr;
-    const float *sink = nullptr;
-    float scale = 0;
-    int R = 0, H = 0, L = 0, hd = 0;
+    const float *q = nullptr;            // [R, H, hd] device, 16-byte aligned
+    const float *const *keys = nullptr;  // [R, L] device array of device pointers (key rows 16-byte aligned)
+    const float *sink = nullptr;         // [H] device
+    float scale = 0;                     // 1/sqrt(hd)
+    int R = 0, H = 0, L = 0, hd = 0;     // hd <= 512, multiple of 4 (V4.1/V4: 512; fixtures 40/64)
     bool official = false;
-    float *out = nullptr;
+    float *out = nullptr;                // [R, H, hd] device, must not alias q or the keys
+    // Added to the interface first agreed: attention_workspace_bytes(*this) bytes of device memory
+    // (16-byte aligned), or nullptr: then a buffer kept per (device, stream) is grown when a larger
+    // shape comes (a cudaMalloc, refused while the stream is being captured: run one call at the
+    // largest shape before capturing, or pass a workspace). Used by one call at a time.
+    void *workspace = nullptr;
 };
+
+// Scratch for the scores (R x H x ceil(L / 64) * 64 floats) and, when R is small, the per-block
+// P.V partials (R x ceil(L / 64) x H x hd floats): 5.6 MB at R = 4, H = 64, L = 640, hd = 512.
+// Reads the current device's SM count (the launch shape depends on it, the results do not).
+size_t attention_workspace_bytes(const attention_batch &b);
+
 Status run_attention(const attention_batch &b, cudaStream_t stream);
-}
+
+}  // namespace ds41rt::backend::cuda

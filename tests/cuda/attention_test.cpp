@@ -1,0 +1,296 @@
+// GPU sparse attention (backend/cuda/attention) against the engine's attend_row
+// (engine/attention_row.cpp, linked into this binary alone: it needs only core and backend/cpu),
+// on random inputs at the fixture shapes (H 4, hd 64 and 40, 8 window + 4 compressed keys) and at
+// V4.1's decode shape (H 64, hd 512, L 640 = 128 window slots + 512 top-k entries), the keys
+// pointing into two device buffers (a window ring and a compressed-entry pool) with nullptr
+// entries (OFFICIAL's window pad, dropped entries, a row whose first two 64-blocks are empty).
+// Tolerances (the scores are the host's bits, see attention.cu; the rest differs in summation):
+//  - TRANSFORMERS: P.V summed in fp32 per 64-entry block, then over blocks (the host: fp64), and
+//    the denominator summed in another order: |gpu - host| <= 1e-5 * max |host| over the row's
+//    hd outputs (expected ~1e-6; the measured figure is printed). A row with no key: exactly 0.
+//  - OFFICIAL: bf16 outputs; the host sums P.V in fp64 and the denominator sequentially, the GPU
+//    in fp32 in blocks, so a value near a bf16 rounding boundary can land on the neighbour:
+//    every element equal or one bf16 ulp apart (or within 1e-5 * the row's max |host|, for
+//    values near zero), and at most 1% of them different (count printed; expected well below).
+//  - A row computed alone or in a batch (R = 4, and R = 16, which switches both tile shapes):
+//    bit-identical.
+// Outputs are poisoned with NaN before each run. The timing line is information only.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/attention.cuh"
+#include "engine/attention_row.h"
+#include "small_ops_util.h"
+
+using namespace ds41rt;
+using namespace ds41rt::backend;
+using testing_util::dev_vec;
+
+namespace {
+
+// One list entry: buffer 0 (window ring) or 1 (compressed entries) and a row, or buf < 0: nullptr.
+struct key_ref {
+    int buf = -1;
+    int row = 0;
+};
+
+struct attn_case {
+    int R = 0, H = 0, L = 0, hd = 0;
+    std::vector<float> q, sink, bufs[2];
+    std::vector<key_ref> lists;  // [R, L]
+    float scale() const { return 1.0f / std::sqrt(float(hd)); }
+};
+
+// q ~ N(0, 1) times a per-head factor (0.25 .. 4: flat to peaked softmaxes), keys ~ N(0, 1),
+// sinks ~ N(0, 2) with one head's sink far above every score (the sink takes the mass).
+void fill_data(attn_case &c, int rows0, int rows1, uint32_t seed) {
+    c.q = testing_util::random_normal(size_t(c.R) * c.H * c.hd, seed);
+    for (int r = 0; r < c.R; r++)
+        for (int h = 0; h < c.H; h++) {
+            const float f = std::ldexp(1.0f, h % 5 - 2);
+            for (int d = 0; d < c.hd; d++) c.q[(size_t(r) * c.H + h) * c.hd + d] *= f;
+        }
+    c.sink = testing_util::random_normal(size_t(c.H), seed + 1);
+    for (auto &s : c.sink) s *= 2.0f;
+    c.sink[size_t(c.H - 1)] = 40.0f;
+    c.bufs[0] = testing_util::random_normal(size_t(rows0) * c.hd, seed + 2);
+    c.bufs[1] = testing_util::random_normal(size_t(rows1) * c.hd, seed + 3);
+}
+
+// The engine's list shape: nw window keys in chronological order (ring slots from `start`), pads
+// up to `width`, then the selected entries (each dropped to nullptr with probability `drop`).
+void push_list(attn_case &c, int nw, int start, int ring, int width, const std::vector<int> &entries, double drop,
+               std::mt19937 &rng) {
+    for (int j = 0; j < nw; j++) c.lists.push_back({0, (start + j) % ring});
+    for (int j = nw; j < width; j++) c.lists.push_back({});
+    std::uniform_real_distribution<double> u(0, 1);
+    for (int e : entries) c.lists.push_back(u(rng) < drop ? key_ref{} : key_ref{1, e});
+}
+
+std::vector<int> pick_entries(int n, int pool, std::mt19937 &rng) {
+    std::vector<int> all(pool);
+    for (int i = 0; i < pool; i++) all[size_t(i)] = i;
+    std::shuffle(all.begin(), all.end(), rng);
+    all.resize(size_t(n));
+    return all;
+}
+
+// Fixture shape: R 3, window 8 + 4 entries: a full window, a partly filled one (pads), a full
+// one with a dropped entry.
+attn_case fixture_case(int hd) {
+    attn_case c;
+    c.R = 3, c.H = 4, c.L = 12, c.hd = hd;
+    fill_data(c, 8, 16, 11);
+    std::mt19937 rng(12);
+    push_list(c, 8, 5, 8, 8, pick_entries(4, 16, rng), 0.0, rng);
+    push_list(c, 3, 0, 8, 8, pick_entries(4, 16, rng), 0.0, rng);
+    c.lists.push_back({0, 2});  // row 2: built by hand, one dropped entry in the middle
+    for (int j = 1; j < 8; j++) c.lists.push_back({0, (2 + j) % 8});
+    c.lists.push_back({1, 7}), c.lists.push_back({}), c.lists.push_back({1, 0}), c.lists.push_back({1, 15});
+    return c;
+}
+
+// V4.1 decode shape: window ring of 128 rows, 2048 compressed entries, 512 selected per row.
+// Rows cycle through: full window; empty window (two leading all-null 64-blocks); 37 keys; 5
+// keys; each with ~4% of the selected entries dropped.
+attn_case real_case(int R, uint32_t seed) {
+    attn_case c;
+    c.R = R, c.H = 64, c.L = 640, c.hd = 512;
+    fill_data(c, 128, 2048, seed);
+    std::mt19937 rng(seed + 7);
+    const int windows[] = {128, 0, 37, 5};
+    for (int r = 0; r < R; r++) push_list(c, windows[r % 4], int(rng() % 128), 128, 128, pick_entries(512, 2048, rng), 0.04, rng);
+    return c;
+}
+
+std::vector<float> host_reference(const attn_case &c, bool official) {
+    std::vector<float> out(size_t(c.R) * c.H * c.hd);
+    engine::attn_scratch scratch;
+    std::vector<const float *> keys;
+    for (int r = 0; r < c.R; r++) {
+        keys.clear();
+        for (int i = 0; i < c.L; i++) {
+            const key_ref k = c.lists[size_t(r) * c.L + i];
+            keys.push_back(k.buf < 0 ? nullptr : c.bufs[k.buf].data() + size_t(k.row) * c.hd);
+        }
+        for (int h = 0; h < c.H; h++) {
+            const size_t o = (size_t(r) * c.H + h) * c.hd;
+            engine::attend_row(c.q.data() + o, keys, c.sink[size_t(h)], c.scale(), c.hd, official, scratch, out.data() + o);
+        }
+    }
+    return out;
+}
+
+// The case's arrays on the device, the lists as device pointers.
+struct device_case {
+    dev_vec<float> q, sink, buf0, buf1, out;
+    dev_vec<const float *> keys;
+    explicit device_case(const attn_case &c)
+        : q(c.q), sink(c.sink), buf0(c.bufs[0]), buf1(c.bufs[1]), out(c.q.size()), keys(std::max<size_t>(1, c.lists.size())) {
+        std::vector<const float *> ptrs(keys.n, nullptr);
+        for (size_t i = 0; i < c.lists.size(); i++) {
+            const key_ref k = c.lists[i];
+            if (k.buf >= 0) ptrs[i] = (k.buf == 0 ? buf0.p : buf1.p) + size_t(k.row) * c.hd;
+        }
+        keys.upload(ptrs);
+    }
+};
+
+cuda::attention_batch batch_of(const attn_case &c, device_case &d, bool official) {
+    cuda::attention_batch b;
+    b.q = d.q.p, b.keys = d.keys.p, b.sink = d.sink.p, b.scale = c.scale();
+    b.R = c.R, b.H = c.H, b.L = c.L, b.hd = c.hd, b.official = official, b.out = d.out.p;
+    return b;
+}
+
+std::vector<float> run_gpu(const attn_case &c, device_case &d, bool official) {
+    d.out.poison();
+    const Status st = cuda::run_attention(batch_of(c, d, official), nullptr);
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+    return d.out.download();
+}
+
+// Checks got against the host per the tolerances above; prints the figures.
+void compare(const attn_case &c, const std::vector<float> &got, const std::vector<float> &ref, bool official,
+             const std::string &what) {
+    ASSERT_EQ(got.size(), ref.size());
+    double worst = 0, worst_any = 0;
+    size_t differ = 0, bad = 0;
+    for (int rh = 0; rh < c.R * c.H; rh++) {
+        const float *g = got.data() + size_t(rh) * c.hd, *h = ref.data() + size_t(rh) * c.hd;
+        float rowmax = 0;
+        for (int d = 0; d < c.hd; d++) rowmax = std::max(rowmax, std::fabs(h[d]));
+        for (int d = 0; d < c.hd; d++) {
+            ASSERT_TRUE(std::isfinite(g[d])) << what << ": (row, head) " << rh << " dim " << d << " not written";
+            const double err = std::fabs(double(g[d]) - double(h[d]));
+            if (err == 0) continue;
+            differ++;
+            const double rel = rowmax > 0 ? err / rowmax : INFINITY;
+            worst = std::max(worst, rel);
+            bool ok;
+            if (!official) {
+                ok = rel <= 1e-5;
+            } else {
+                // one bf16 ulp: adjacent bf16 values differ by 2^-7 of the larger's power of two
+                const float big = std::max(std::fabs(g[d]), std::fabs(h[d]));
+                const double ulp = std::ldexp(1.0, std::ilogb(big) - 7);
+                ok = err <= ulp * 1.0000001 || rel <= 1e-5;
+                worst_any = std::max(worst_any, err / ulp);
+            }
+            if (!ok && bad++ < 5)
+                ADD_FAILURE() << what << ": (row, head) " << rh << " dim " << d << " gpu " << g[d] << " host " << h[d]
+                              << " (row max " << rowmax << ")";
+        }
+    }
+    EXPECT_EQ(bad, 0u) << what;
+    if (official) {
+        EXPECT_LE(differ, got.size() / 100) << what;
+    }
+    std::printf("[ info ] %s: %zu of %zu outputs differ from attend_row, max |d| / row max %.3g%s\n", what.c_str(),
+                differ, got.size(), worst, official ? (", max " + std::to_string(worst_any) + " bf16 ulp").c_str() : "");
+}
+
+class CudaAttention : public testing_util::CudaOps {};
+
+TEST_F(CudaAttention, FixtureShapesMatchAttendRow) {
+    for (int hd : {64, 40}) {
+        const attn_case c = fixture_case(hd);
+        device_case d(c);
+        for (bool official : {false, true}) {
+            const std::string what = std::string(official ? "official" : "transformers") + " fixture H 4 hd " +
+                                     std::to_string(hd) + " L 12";
+            compare(c, run_gpu(c, d, official), host_reference(c, official), official, what);
+        }
+    }
+}
+
+TEST_F(CudaAttention, V41DecodeShapeMatchesAttendRow) {
+    const attn_case c = real_case(4, 21);
+    device_case d(c);
+    for (bool official : {false, true}) {
+        const std::string what = std::string(official ? "official" : "transformers") + " V4.1 R 4 H 64 hd 512 L 640";
+        const std::vector<float> got = run_gpu(c, d, official);
+        compare(c, got, host_reference(c, official), official, what);
+    }
+}
+
+// Empty lists and all-null lists give zeros (the host's P.V over no key), in both numerics.
+TEST_F(CudaAttention, NoKeysGiveZeros) {
+    for (int L : {0, 70}) {
+        attn_case c;
+        c.R = 2, c.H = 4, c.L = L, c.hd = 64;
+        fill_data(c, 4, 4, 31);
+        c.lists.assign(size_t(c.R) * L, key_ref{});
+        device_case d(c);
+        for (bool official : {false, true}) {
+            const std::vector<float> got = run_gpu(c, d, official), ref = host_reference(c, official);
+            for (float v : ref) ASSERT_EQ(v, 0.0f) << "the host reference is expected to give zeros";
+            EXPECT_EQ(testing_util::bit_mismatches(got, ref, "no keys L " + std::to_string(L)), 0u);
+        }
+    }
+}
+
+// Each row run alone (R = 1) must give the bits it gets inside a batch: R = 4 (same launch shapes
+// as R = 1 on an H200) and R = 16 (large score tiles and the in-register fold).
+TEST_F(CudaAttention, RowAloneEqualsRowInBatch) {
+    for (int R : {4, 16}) {
+        const attn_case c = real_case(R, 41 + uint32_t(R));
+        device_case d(c);
+        for (bool official : {false, true}) {
+            const std::vector<float> batch = run_gpu(c, d, official);
+            const size_t row = size_t(c.H) * c.hd;
+            dev_vec<float> one(row);
+            for (int r : {0, 1, R / 2 + 1, R - 1}) {
+                cuda::attention_batch b = batch_of(c, d, official);
+                b.R = 1, b.q = d.q.p + r * row, b.keys = d.keys.p + size_t(r) * c.L, b.out = one.p;
+                one.poison();
+                const Status st = cuda::run_attention(b, nullptr);
+                ASSERT_TRUE(st.is_ok()) << st.to_string();
+                const std::vector<float> alone = one.download();
+                const std::vector<float> in_batch(batch.begin() + r * row, batch.begin() + (r + 1) * row);
+                EXPECT_EQ(testing_util::bit_mismatches(alone, in_batch,
+                                                       std::string(official ? "official" : "transformers") + " row " +
+                                                           std::to_string(r) + " of R " + std::to_string(R)),
+                          0u);
+            }
+        }
+    }
+}
+
+TEST_F(CudaAttention, RejectsBadShapes) {
+    cuda::attention_batch b;
+    b.R = 1, b.H = 1, b.L = 0, b.hd = 6;
+    EXPECT_EQ(cuda::run_attention(b, nullptr).code(), status_code::INVALID_ARGUMENT);
+    b.hd = 8;
+    EXPECT_EQ(cuda::run_attention(b, nullptr).code(), status_code::INVALID_ARGUMENT);  // no q / out / sink
+    dev_vec<float> buf(64);
+    b.q = buf.p, b.out = buf.p + 4, b.sink = buf.p;
+    EXPECT_EQ(cuda::run_attention(b, nullptr).code(), status_code::INVALID_ARGUMENT);  // out overlaps q
+}
+
+// Information only: the V4.1 decode shape at R 1, 4 and 16 with a caller's workspace.
+TEST_F(CudaAttention, TimingAtV41DecodeShape) {
+    for (int R : {1, 4, 16}) {
+        const attn_case c = real_case(R, 61);
+        device_case d(c);
+        for (bool official : {false, true}) {
+            cuda::attention_batch b = batch_of(c, d, official);
+            dev_vec<uint8_t> ws(cuda::attention_workspace_bytes(b));
+            b.workspace = ws.p;
+            // Every list entry counted as a distinct key row read (the test's rows repeat, so L2 helps).
+            const double bytes = double(R) * c.L * c.hd * 4 + 2.0 * R * c.H * c.hd * 4;
+            testing_util::print_timing(std::string("attention ") + (official ? "official" : "transformers") + " R " +
+                                           std::to_string(R) + " H 64 hd 512 L 640 (" +
+                                           std::to_string(4.0 * R * c.H * c.L * c.hd / 1e6).substr(0, 6) + " MFLOP)",
+                                       bytes, [&] { (void)cuda::run_attention(b, nullptr); });
+            ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+        }
+    }
+}
+
+}  // namespace
