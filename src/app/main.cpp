@@ -17,6 +17,7 @@ int main(int argc, char **argv) {
     ds41rt::app::register_launch(app, cmds);
     ds41rt::app::register_worker(app, cmds);
     ds41rt::app::register_chat(app, cmds);
+    ds41rt::app::register_bench(app, cmds);
     CLI11_PARSE(app, argc, argv);
     for (auto &c : cmds)
         if (c.sub->parsed()) return c.run();

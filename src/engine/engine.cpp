@@ -10,6 +10,7 @@
 #endif
 #include "engine/v4_model.h"
 #include "io/safetensors.h"
+#include "model/dummy_weights.h"
 #include "model/weights.h"
 
 namespace ds41rt::engine {
@@ -58,7 +59,9 @@ Result<std::unique_ptr<engine>> engine::open(const std::string &dir, const engin
         }
         if (opt.backend == backend_kind::CUDA) {
 #ifdef DS41RT_HAVE_CUDA
-            return gpu::make_v41_gpu_engine(w, tables, opt);
+            auto m = gpu::device_model::make(w, opt.mode == numerics::OFFICIAL);
+            if (!m) return m.status();
+            return gpu::make_v41_gpu_engine(std::move(m.value()), tables, opt);
 #else
             return Status::not_supported("this build has no CUDA backend (built without nvcc)");
 #endif
@@ -70,6 +73,34 @@ Result<std::unique_ptr<engine>> engine::open(const std::string &dir, const engin
         return make_v4_engine(c, src, opt);
     }
     return Status::internal("unknown architecture");
+}
+
+Result<std::unique_ptr<engine>> engine::open_dummy(const model::model_config &c, int layers, uint64_t seed,
+                                                   const engine_options &opt) {
+    if (opt.backend != backend_kind::CUDA)
+        return Status::not_supported("dummy weights are generated on the GPU: use the CUDA backend");
+    if (c.model_arch != model::arch::V41) return Status::not_supported("V4 Flash has no GPU forward pass yet");
+#ifdef DS41RT_HAVE_CUDA
+    auto plan = model::plan_dummy_weights(c, layers);
+    if (!plan) return plan.status();
+    model::model_config cut = c;
+    cut.n_layers = plan->layers;
+    // The compressed token map is built offline from the tokenizer; any map into the compressed
+    // vocabulary exercises the hash the same way.
+    engram_tables tables;
+    if (!c.engram_layer_ids.empty()) {
+        tables.token_map.resize(size_t(c.vocab_size));
+        for (int64_t t = 0; t < c.vocab_size; t++)
+            tables.token_map[size_t(t)] = t % std::max<int64_t>(1, c.engram_compressed_vocab_size);
+    }
+    auto m = gpu::device_model::make_dummy(cut, std::move(plan.value()), seed, opt.mode == numerics::OFFICIAL);
+    if (!m) return m.status();
+    return gpu::make_v41_gpu_engine(std::move(m.value()), tables, opt);
+#else
+    (void)layers;
+    (void)seed;
+    return Status::not_supported("this build has no CUDA backend (built without nvcc)");
+#endif
 }
 
 }  // namespace ds41rt::engine

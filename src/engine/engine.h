@@ -39,11 +39,20 @@ enum class backend_kind { CPU, CUDA };
 struct engine_options {
     numerics mode = numerics::TRANSFORMERS;
     backend_kind backend = backend_kind::CPU;
+    // Time each section of the forward pass (GPU: device events around it; a benchmark's table).
+    bool profile = false;
     // Which layers' routed experts run on expert workers (empty: all local).
     experts::remote_layout remote;
 };
 
 using seq_id = int64_t;
+
+// One section of the forward pass as profiled: total milliseconds over `calls` entries.
+struct op_time {
+    std::string name;
+    double ms = 0;
+    int64_t calls = 0;
+};
 
 struct step_input {
     seq_id seq = -1;
@@ -57,6 +66,11 @@ public:
     // Loads config.json and the checkpoint in dir (any supported storage format).
     static Result<std::unique_ptr<engine>> open(const std::string &dir, const engine_options &opt = {});
 
+    // Full-size random weights of c's shapes in the official storage formats, filled on the GPU
+    // (`--load-format dummy`), the first `layers` layers only (-1: all). CUDA backend, V4.1.
+    static Result<std::unique_ptr<engine>> open_dummy(const model::model_config &c, int layers, uint64_t seed,
+                                                      const engine_options &opt);
+
     virtual const model::model_config &config() const = 0;
 
     virtual seq_id create_sequence() = 0;
@@ -67,6 +81,10 @@ public:
     // after starting (UNAVAILABLE: a remote expert layer did not answer), the sequences of the
     // step are left part-way through and must be freed.
     virtual Status step(const std::vector<step_input> &inputs, std::vector<Tensor> *logits) = 0;
+
+    // Section times since the last reset, when opened with engine_options::profile (else empty).
+    virtual std::vector<op_time> op_times() const { return {}; }
+    virtual void reset_op_times() {}
 };
 
 }  // namespace ds41rt::engine

@@ -104,7 +104,9 @@ void check_quantized_x(const void *ws, size_t x_offset, const std::vector<float>
     ASSERT_EQ(cudaMemcpy(h.data(), base, h.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(rowmul.data(), base + (size_t(M) * K * 2 + 255) / 256 * 256, size_t(M) * 4, cudaMemcpyDeviceToHost),
               cudaSuccess);
-    static const int perm[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+    // Within each group of 8, stored slot j holds k = {0, 2, 4, 6, 1, 3, 5, 7}[j]; so k sits in
+    // slot {0, 4, 1, 5, 2, 6, 3, 7}[k] (the H200 run showed the test had the inverse).
+    static const int slot[8] = {0, 4, 1, 5, 2, 6, 3, 7};
     size_t differ = 0, checked = 0;
     for (int m = 0; m < M; m++) {
         float rmax = 0;
@@ -116,7 +118,7 @@ void check_quantized_x(const void *ws, size_t x_offset, const std::vector<float>
         for (int k = 0; k < K; k++) {
             const float v = xq[size_t(m) * K + k];
             if (std::fabs(v) < rmax * 0x1p-30f) continue;
-            const float got = f16_to_f32(h[size_t(m) * K + size_t(k / 8) * 8 + size_t(perm[k % 8])]);
+            const float got = f16_to_f32(h[size_t(m) * K + size_t(k / 8) * 8 + size_t(slot[k % 8])]);
             checked++;
             if (got != v / rowmul[size_t(m)] * 16384.0f && differ++ < 5)
                 ADD_FAILURE() << what << ": quantized x row " << m << " k " << k << ": " << got << " vs CPU "

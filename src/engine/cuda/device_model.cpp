@@ -4,6 +4,7 @@
 
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/dense.cuh"
+#include "backend/cuda/dummy_fill.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/fake_quant.cuh"
 #include "backend/cuda/gemv.cuh"
@@ -46,7 +47,24 @@ Result<std::unique_ptr<device_model>> device_model::make(std::shared_ptr<const m
     auto dev = cuda::query_device(0);
     if (!dev) return dev.status();
     std::unique_ptr<device_model> m(new device_model());
+    m->cfg_ = w->config();
     m->w_ = std::move(w);
+    m->dev_ = dev.value();
+    m->official_ = official;
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(m->dev_.device));
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&m->stream_, cudaStreamNonBlocking));
+    return m;
+}
+
+Result<std::unique_ptr<device_model>> device_model::make_dummy(model::model_config c, model::dummy_plan plan,
+                                                               uint64_t seed, bool official) {
+    auto dev = cuda::query_device(0);
+    if (!dev) return dev.status();
+    std::unique_ptr<device_model> m(new device_model());
+    m->cfg_ = std::move(c);
+    for (size_t i = 0; i < plan.tensors.size(); i++) m->by_name_[plan.tensors[i].entry.name] = i;
+    m->plan_ = std::make_shared<const model::dummy_plan>(std::move(plan));
+    m->seed_ = seed;
     m->dev_ = dev.value();
     m->official_ = official;
     DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(m->dev_.device));
@@ -76,6 +94,123 @@ Result<void *> device_model::upload(const void *host, size_t bytes) {
     return p;
 }
 
+
+namespace {
+
+// The plan's entry as the filler's descriptor (model/dummy_weights.h spells out the mapping).
+backend::cpu::dummy_tensor_desc desc_of(const model::dummy_tensor &t) {
+    using backend::cpu::dummy_dist;
+    using backend::cpu::dummy_format;
+    backend::cpu::dummy_tensor_desc d;
+    d.name = t.entry.name.c_str();
+    switch (t.entry.format) {
+    case model::storage_format::FP8_BLOCK:
+    case model::storage_format::ENGRAM_TABLE: d.format = dummy_format::FP8_BLOCK; break;
+    case model::storage_format::MXFP4: d.format = dummy_format::MXFP4; break;
+    case model::storage_format::F32: d.format = dummy_format::F32; break;
+    case model::storage_format::I64: d.format = dummy_format::I64; break;
+    default: d.format = dummy_format::BF16; break;
+    }
+    const shape_t &sh = t.entry.shape;
+    d.rows = sh.size() >= 2 ? sh[0] : 1;
+    d.cols = sh.empty() ? 1 : sh.back();
+    d.block_out = t.block_out;
+    d.block_in = t.block_in;
+    switch (t.rule.init) {
+    case model::dummy_init::NORMAL: d.dist = dummy_dist::NORMAL; d.std = t.rule.std; break;
+    case model::dummy_init::CONSTANT: d.dist = dummy_dist::CONSTANT; d.mean = t.rule.value; break;
+    case model::dummy_init::EXPERT_IDS: d.dist = dummy_dist::INDEX; d.index_range = t.rule.id_range; break;
+    }
+    d.id = t.id;
+    return d;
+}
+
+}  // namespace
+
+Result<const model::dummy_tensor *> device_model::dummy(const std::string &name) const {
+    auto it = by_name_.find(name);
+    if (it == by_name_.end()) return Status::not_found(name + ": not in the dummy-weight plan");
+    return &plan_->tensors[it->second];
+}
+
+Status device_model::fill(const model::dummy_tensor &t, int64_t rows, void **w, void **scale, int as_format) {
+    backend::cpu::dummy_tensor_desc d = desc_of(t);
+    if (as_format >= 0) d.format = backend::cpu::dummy_format(as_format);
+    if (rows >= 0 && rows < d.rows) d.nrows = rows;
+    auto b = backend::cpu::dummy_bytes(d);
+    if (!b) return b.status();
+    auto pw = alloc(b->weight);
+    if (!pw) return pw.status();
+    *w = pw.value();
+    void *ps = nullptr;
+    if (b->scale > 0) {
+        auto r = alloc(b->scale);
+        if (!r) return r.status();
+        ps = r.value();
+    }
+    if (scale) *scale = ps;
+    DS41RT_RETURN_IF_ERROR(cuda::fill_dummy(d, *w, ps, seed_, stream_));
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return Status::ok();
+}
+
+Result<model::storage_format> device_model::format(const std::string &name) const {
+    if (w_) return w_->format(name);
+    auto t = dummy(name);
+    if (!t) return t.status();
+    return t.value()->entry.format;
+}
+
+Result<shape_t> device_model::shape(const std::string &name) const {
+    if (w_) {
+        const model::catalog_entry *e = w_->entry(name);
+        if (!e) return Status::not_found(name + ": not in the catalog");
+        return e->shape;
+    }
+    auto t = dummy(name);
+    if (!t) return t.status();
+    return t.value()->entry.shape;
+}
+
+Result<Tensor> device_model::host_f32(const std::string &name) const {
+    if (w_) return w_->f32(name);
+    auto t = dummy(name);
+    if (!t) return t.status();
+    backend::cpu::dummy_tensor_desc d = desc_of(*t.value());
+    d.format = backend::cpu::dummy_format::F32;
+    Tensor out = Tensor::f32(t.value()->entry.shape);
+    DS41RT_RETURN_IF_ERROR(backend::cpu::fill_dummy_host(d, out.raw_mut(), nullptr, seed_));
+    return out;
+}
+
+Status device_model::engram_table(const std::string &name, int64_t max_rows, const uint8_t **w, const uint8_t **scale,
+                                  int64_t *rows) {
+    auto fmt = format(name);
+    if (!fmt) return fmt.status();
+    if (fmt.value() != model::storage_format::ENGRAM_TABLE)
+        return Status::not_supported(name + ": the GPU gathers Engram rows from FP8 tables");
+    auto sh = shape(name);
+    if (!sh) return sh.status();
+    if (w_) {
+        auto tw = bytes(name);
+        if (!tw) return tw.status();
+        auto ts = bytes(name.substr(0, name.size() - std::string("weight").size()) + "scale");
+        if (!ts) return ts.status();
+        *w = tw.value();
+        *scale = ts.value();
+        *rows = sh.value()[0];
+        return Status::ok();
+    }
+    auto t = dummy(name);
+    if (!t) return t.status();
+    *rows = std::min<int64_t>(sh.value()[0], max_rows);
+    void *pw = nullptr, *ps = nullptr;
+    DS41RT_RETURN_IF_ERROR(fill(*t.value(), *rows, &pw, &ps));
+    *w = static_cast<const uint8_t *>(pw);
+    *scale = static_cast<const uint8_t *>(ps);
+    return Status::ok();
+}
+
 Result<const uint8_t *> device_model::bytes(const std::string &name) {
     auto t = w_->raw(name);
     if (!t) return t.status();
@@ -85,20 +220,44 @@ Result<const uint8_t *> device_model::bytes(const std::string &name) {
 }
 
 Result<dlinear> device_model::linear(const std::string &name) {
-    auto fmt = w_->format(name);
+    auto fmt = format(name);
     if (!fmt) return fmt.status();
-    const model::catalog_entry *e = w_->entry(name);
-    if (!e || e->shape.size() != 2) return Status::invalid_argument(name + ": not a matrix in the catalog");
+    auto sh = shape(name);
+    if (!sh) return sh.status();
+    if (sh->size() != 2) return Status::invalid_argument(name + ": not a matrix in the catalog");
     dlinear L;
-    L.N = int(e->shape[0]);
-    L.K = int(e->shape[1]);
+    L.N = int(sh.value()[0]);
+    L.K = int(sh.value()[1]);
+    if (!w_) {  // dummy weights: filled in the stored format
+        auto t = dummy(name);
+        if (!t) return t.status();
+        void *w = nullptr, *scale = nullptr;
+        DS41RT_RETURN_IF_ERROR(fill(*t.value(), -1, &w, &scale));
+        switch (fmt.value()) {
+        case model::storage_format::FP8_BLOCK: L.k = dlinear::kind::FP8; break;
+        case model::storage_format::MXFP4: L.k = dlinear::kind::MXFP4; break;
+        case model::storage_format::BF16: L.k = dlinear::kind::DENSE; L.wd_bf16 = true; break;
+        case model::storage_format::F32: L.k = dlinear::kind::DENSE; break;
+        default: return Status::not_supported(name + ": no dummy GPU linear for this format");
+        }
+        L.bo = cfg_.fp8_block_out;
+        L.bi = cfg_.fp8_block_in;
+        if (L.k == dlinear::kind::DENSE) L.wd = w;
+        else {
+            L.w = static_cast<const uint8_t *>(w);
+            L.scale = static_cast<const uint8_t *>(scale);
+        }
+        if (L.k != dlinear::kind::DENSE && L.K % 32 != 0)
+            return Status::not_supported(name + ": the GPU GEMV needs K a multiple of 32");
+        return L;
+    }
     const std::string scale = name.substr(0, name.size() - std::string("weight").size()) + "scale";
     switch (fmt.value()) {
     case model::storage_format::FP8_BLOCK:
     case model::storage_format::MXFP4: {
         L.k = fmt.value() == model::storage_format::FP8_BLOCK ? dlinear::kind::FP8 : dlinear::kind::MXFP4;
-        L.bo = config().fp8_block_out;
-        L.bi = config().fp8_block_in;
+        L.bo = cfg_.fp8_block_out;
+        L.bi = cfg_.fp8_block_in;
         if (L.K % 32 != 0) {
             // The GEMV reads whole 32-wide k blocks; a matrix that has none (tiny test models only,
             // e.g. a grouped wo_a over 40-wide heads) goes to dense_linear dequantized instead.
@@ -137,6 +296,13 @@ Result<dlinear> device_model::linear(const std::string &name) {
 }
 
 Result<const float *> device_model::vec(const std::string &name) {
+    if (!w_) {
+        auto t = dummy(name);
+        if (!t) return t.status();
+        void *w = nullptr;
+        DS41RT_RETURN_IF_ERROR(fill(*t.value(), -1, &w, nullptr, int(backend::cpu::dummy_format::F32)));
+        return static_cast<const float *>(w);
+    }
     auto t = w_->f32(name);
     if (!t) return t.status();
     auto p = upload(t->raw(), t->nbytes());
@@ -145,6 +311,13 @@ Result<const float *> device_model::vec(const std::string &name) {
 }
 
 Result<const uint16_t *> device_model::bf16_table(const std::string &name) {
+    if (!w_) {
+        auto t = dummy(name);
+        if (!t) return t.status();
+        void *w = nullptr;
+        DS41RT_RETURN_IF_ERROR(fill(*t.value(), -1, &w, nullptr, int(backend::cpu::dummy_format::BF16)));
+        return static_cast<const uint16_t *>(w);
+    }
     auto t = w_->raw(name);
     if (!t) return t.status();
     if (t->type() != dtype::BF16) return Status::not_supported(name + ": the GPU embedding gather reads BF16 tables");
@@ -168,7 +341,7 @@ Status device_model::to_device(void *dev, const void *host, size_t bytes) const 
 
 Status device_model::run_linear(const dlinear &L, const float *x, float *y, int64_t M, lin cls) const {
     const bool quant_x = official_ && (cls == lin::FP8 || cls == lin::FP4);
-    const int act_block = config().fp8_block_in;
+    const int act_block = cfg_.fp8_block_in;
     if (L.k == dlinear::kind::DENSE) {
         const float *xin = x;
         dtemp xq;

@@ -2,6 +2,10 @@
 // temporaries), the checkpoint's tensors uploaded in their stored formats, and one linear that
 // picks the kernel family from the weight's format and applies the numerics of its class.
 //
+// Tensors come from a checkpoint (model::weights) or, for `--load-format dummy`, from the
+// dummy plan (model/dummy_weights): the same stored formats and shapes, filled on the device
+// (backend/cuda/dummy_fill) from (seed, tensor id).
+//
 // Weights stay as the checkpoint stores them: FP8 blocks and MXFP4 go to the GEMV as bytes with
 // their E8M0 scales; BF16 and F32 tensors go to dense_linear as stored; vectors (norms, biases,
 // sinks, mHC parameters) are converted to fp32 once, since kernels read them as fp32.
@@ -14,11 +18,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/cpu/numerics.h"
 #include "backend/cuda/device_info.h"
 #include "core/status.h"
+#include "model/dummy_weights.h"
 #include "model/weights.h"
 
 namespace ds41rt::engine::gpu {
@@ -68,19 +74,28 @@ class device_model {
 public:
     // Uploads nothing yet; tensors come in through the loaders below.
     static Result<std::unique_ptr<device_model>> make(std::shared_ptr<const model::weights> w, bool official);
+    // Dummy weights: every loader fills the plan's tensor on the device instead of uploading it.
+    static Result<std::unique_ptr<device_model>> make_dummy(model::model_config c, model::dummy_plan plan,
+                                                            uint64_t seed, bool official);
     ~device_model();
 
-    const model::model_config &config() const { return w_->config(); }
-    const model::weights &weights() const { return *w_; }
+    const model::model_config &config() const { return cfg_; }
     const backend::cuda::device_info &device() const { return dev_; }
     cudaStream_t stream() const { return stream_; }
     bool official() const { return official_; }
+    bool is_dummy() const { return w_ == nullptr; }
 
     // ---- loading: the stored tensor of a catalog name on the device ----
     Result<dlinear> linear(const std::string &name);
     Result<const float *> vec(const std::string &name);           // any float dtype -> fp32
     Result<const uint16_t *> bf16_table(const std::string &name);  // BF16 as stored (embedding)
-    Result<const uint8_t *> bytes(const std::string &name);        // raw stored bytes
+    Result<model::storage_format> format(const std::string &name) const;
+    Result<shape_t> shape(const std::string &name) const;
+    Result<Tensor> host_f32(const std::string &name) const;        // small tensors the host reads
+    // An Engram table (FP8 rows + E8M0 scales). Dummy weights keep at most max_rows rows (the
+    // full tables are ~190 GB for V4.1, beyond any GPU): the caller reduces ids modulo *rows.
+    Status engram_table(const std::string &name, int64_t max_rows, const uint8_t **w, const uint8_t **scale,
+                        int64_t *rows);
     // Uploads host data into memory the model owns.
     Result<void *> upload(const void *host, size_t bytes);
     size_t resident_bytes() const { return resident_; }
@@ -98,8 +113,16 @@ public:
 private:
     device_model() = default;
     Result<void *> alloc(size_t bytes);
+    Result<const uint8_t *> bytes(const std::string &name);  // a checkpoint tensor's stored bytes
+    Result<const model::dummy_tensor *> dummy(const std::string &name) const;
+    // Fills a dummy tensor (or its first `rows` rows) on the device, as `as` when given.
+    Status fill(const model::dummy_tensor &t, int64_t rows, void **w, void **scale, int as_format = -1);
 
-    std::shared_ptr<const model::weights> w_;
+    model::model_config cfg_;
+    std::shared_ptr<const model::weights> w_;  // null with dummy weights
+    std::shared_ptr<const model::dummy_plan> plan_;
+    std::unordered_map<std::string, size_t> by_name_;  // plan index by name
+    uint64_t seed_ = 0;
     backend::cuda::device_info dev_;
     cudaStream_t stream_ = nullptr;
     bool official_ = false;

@@ -32,6 +32,7 @@
 #include "backend/cuda/swiglu.cuh"
 #include "engine/cpu_engine.h"
 #include "engine/cuda/device_model.h"
+#include "engine/cuda/section_timer.h"
 #include "engine/engram_hash.h"
 #include "engine/rope.h"
 #include "engine/v41_steps.h"
@@ -42,6 +43,10 @@ namespace cuda = backend::cuda;
 using backend::cpu::lin;
 
 namespace {
+
+// Dummy weights keep this many rows of each Engram table (ids reduced modulo it): the gather's
+// traffic per token is the same as with the full ~190 GB of tables, which no GPU holds.
+constexpr int64_t DUMMY_ENGRAM_ROWS = int64_t(1) << 20;
 
 // ---- weights on the device -------------------------------------------------------------------
 
@@ -101,9 +106,9 @@ struct mixes_dev {
 
 class v41_gpu final : public cpu_engine<seq_dev> {
 public:
-    v41_gpu(std::unique_ptr<device_model> m, engram_hasher h, bool has_engram)
+    v41_gpu(std::unique_ptr<device_model> m, engram_hasher h, bool has_engram, bool profile)
         : m_(std::move(m)), c_(m_->config()), hasher_(std::move(h)), has_engram_(has_engram),
-          official_(m_->official()) {}
+          official_(m_->official()), prof_(profile) {}
     // The sequences' device state is freed on the model's stream, which must outlive it.
     ~v41_gpu() override { clear_sequences(); }
 
@@ -155,7 +160,7 @@ public:
                 {"ffn.shared_experts.w3.weight", &L.sw3},
             };
             for (auto &[n, out] : lins) DS41RT_RETURN_IF_ERROR(lin_(p + n, out));
-            auto bias = m_->weights().f32(p + "ffn.gate.bias");
+            auto bias = m_->host_f32(p + "ffn.gate.bias");
             if (!bias) return bias.status();
             L.gate_bias = bias.value();
             if (c_.is_kv_source(l)) {
@@ -170,21 +175,11 @@ public:
                 DS41RT_RETURN_IF_ERROR(lin_(p + "attn.indexer.weights_proj.weight", &L.i_weights_proj));
             }
             if (c_.has_engram(l)) {
-                const std::string t = p + "engram.embed.weight";
-                auto tf = m_->weights().format(t);
-                if (!tf) return tf.status();
-                if (tf.value() != model::storage_format::ENGRAM_TABLE)
-                    return Status::not_supported(t + ": the GPU gathers Engram rows from FP8 tables");
-                auto tb = m.bytes(t);
-                auto ts = m.bytes(p + "engram.embed.scale");
-                if (!tb) return tb.status();
-                if (!ts) return ts.status();
-                L.e_table = tb.value();
-                L.e_scale = ts.value();
-                L.e_rows = m_->weights().entry(t)->shape[0];
+                DS41RT_RETURN_IF_ERROR(m.engram_table(p + "engram.embed.weight", DUMMY_ENGRAM_ROWS, &L.e_table,
+                                                      &L.e_scale, &L.e_rows));
                 DS41RT_RETURN_IF_ERROR(lin_(p + "engram.wkv.weight", &L.e_wkv));
-                auto q = m_->weights().f32(p + "engram.q_weight");
-                auto k = m_->weights().f32(p + "engram.k_weight");
+                auto q = m_->host_f32(p + "engram.q_weight");
+                auto k = m_->host_f32(p + "engram.k_weight");
                 if (!q) return q.status();
                 if (!k) return k.status();
                 L.e_q = q.value();
@@ -212,6 +207,8 @@ public:
     }
 
     const model::model_config &config() const override { return c_; }
+    std::vector<op_time> op_times() const override { return prof_.times(); }
+    void reset_op_times() override { prof_.reset(); }
 
     seq_dev new_state() const override {
         seq_dev s;
@@ -228,6 +225,8 @@ public:
 
 private:
     cudaStream_t st() const { return m_->stream(); }
+    void begin(const char *section) const { prof_.begin(section, st()); }
+    void end() const { prof_.end(st()); }
     float eps() const { return c_.norm_eps; }
 
     Status norm(float *x, const float *w, int64_t rows, int64_t dim) const {
@@ -286,6 +285,8 @@ private:
         const int64_t in_w = ncols * ehd, out_w = int64_t(hc + 1) * D;
         std::vector<int64_t> ids(static_cast<size_t>(S * ncols));
         for (int64_t s = 0; s < S; s++) hasher_.hash(sq.engram_history, p0 + s, k, ids.data() + s * ncols);
+        if (m_->is_dummy())
+            for (int64_t &id : ids) id %= L.e_rows;
         auto ids_d = upload_temp(ids.data(), ids.size() * sizeof(int64_t));
         if (!ids_d) return ids_d.status();
         dtemp rows = m_->temp_f32(S * in_w), kv = m_->temp_f32(S * out_w);
@@ -394,6 +395,7 @@ private:
                      int64_t S, shared_sel &sh, float *out) const {
         const int64_t H = c_.n_heads, hd = c_.head_dim, W = c_.window, qlr = c_.q_lora_rank;
         const float *inv = inv_for(layer);
+        begin("attn.qkv");
         dtemp qr = m_->temp_f32(S * qlr), q = m_->temp_f32(S * H * hd), kv = m_->temp_f32(S * hd);
         DS41RT_RETURN_IF_ERROR(m_->run_linear(L.wq_a, x, qr.f(), S, lin::FP8));
         DS41RT_RETURN_IF_ERROR(norm(qr.f(), L.q_norm, S, qlr));
@@ -403,10 +405,12 @@ private:
         DS41RT_RETURN_IF_ERROR(norm(kv.f(), L.kv_norm, S, hd));
         DS41RT_RETURN_IF_ERROR(rope(kv.f(), S, hd, pos_d, 1, inv, false));
         if (hd % 32 == 0) DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp8_ue8m0(kv.f(), S, hd, 32, st()));
+        end();
 
         // Compressed branch.
         const float *centries = nullptr;
         if (c_.ratio(layer) > 0) {
+            begin("attn.compress+index");
             source_dev &src = sq.sources.at(c_.kv_source_for(layer));
             int64_t n_latent = 0, first_pos = 0;
             dtemp latent;
@@ -427,7 +431,9 @@ private:
                 DS41RT_RETURN_IF_ERROR(append(src.entries, latent.f(), n_latent));
             }
             if (src.entries.rows > 0) centries = src.entries.buf.f();
+            end();
         }
+        begin("attn.core");
 
         // Key lists, one per query row (all heads share it): window rows in chronological order
         // (ring rows older than this chunk, then the chunk's own), OFFICIAL's -1 pads up to the
@@ -479,6 +485,8 @@ private:
                                                         size_t(hd) * sizeof(float), cudaMemcpyDeviceToDevice, st()));
         }
         for (int64_t s = 0; s < S; s++) sq.ring_pos[size_t(layer)][size_t((p0 + s) % W)] = p0 + s;
+        end();
+        begin("attn.out");
 
         // Inverse RoPE at the query position, then the grouped output projection.
         DS41RT_RETURN_IF_ERROR(rope(o.f(), S * H, hd, pos_d, H, inv, true));
@@ -491,18 +499,23 @@ private:
             DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(z.f() + g * R, size_t(G * R) * 4, zg.f(), size_t(R) * 4,
                                                           size_t(R) * 4, size_t(S), cudaMemcpyDeviceToDevice, st()));
         }
-        return m_->run_linear(L.wo_b, z.f(), out, S, lin::FP8);
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.wo_b, z.f(), out, S, lin::FP8));
+        end();
+        return Status::ok();
     }
 
     // ---- MoE (spec 4.10) ----
     Status moe(const layer_dev &L, const float *x, int64_t S, float *out) const {
         const int64_t D = c_.dim, E = c_.n_routed_experts, K = c_.n_activated_experts;
+        begin("moe.router");
         dtemp logits = m_->temp_f32(S * E);
         DS41RT_RETURN_IF_ERROR(m_->run_linear(L.gate_w, x, logits.f(), S, lin::F32));
         Status s;
         std::vector<float> lh = download(logits.f(), S * E, &s);
         DS41RT_RETURN_IF_ERROR(s);
         const backend::cpu::route_table rt = v41::route(c_, lh.data(), L.gate_bias.f(), S);
+        end();
+        begin("moe.routed");
 
         // Routed experts, 16 rows a launch (the decode kernels' limit): rows grouped by expert,
         // each selected expert read once per launch, summed per row in increasing expert id.
@@ -523,14 +536,18 @@ private:
             DS41RT_RETURN_IF_ERROR(cuda::run_moe_decode(plan.value(), ws.as<void>(), st()));
         }
 
+        end();
         // The shared expert, then one rounding of the sum.
+        begin("moe.shared");
         const int64_t I = L.sw1.N;
         dtemp g = m_->temp_f32(S * I), u = m_->temp_f32(S * I), sh = m_->temp_f32(S * D);
         DS41RT_RETURN_IF_ERROR(m_->run_linear(L.sw1, x, g.f(), S, lin::FP8));
         DS41RT_RETURN_IF_ERROR(m_->run_linear(L.sw3, x, u.f(), S, lin::FP8));
         DS41RT_RETURN_IF_ERROR(cuda::swiglu_rows(g.f(), u.f(), nullptr, g.f(), S, I, c_.swiglu_limit, official_, st()));
         DS41RT_RETURN_IF_ERROR(m_->run_linear(L.sw2, g.f(), sh.f(), S, lin::FP8));
-        return cuda::add_rows(acc.f(), sh.f(), out, S * D, official_, st());
+        DS41RT_RETURN_IF_ERROR(cuda::add_rows(acc.f(), sh.f(), out, S * D, official_, st()));
+        end();
+        return Status::ok();
     }
 
     // ---- one sequence chunk through the whole model (spec 4.1) ----
@@ -540,6 +557,7 @@ private:
         if (has_engram_)
             for (int32_t t : tokens) sq.engram_history.push_back(hasher_.compressed(t));
 
+        begin("embed");
         std::vector<int64_t> pos(static_cast<size_t>(S));
         for (int64_t s = 0; s < S; s++) pos[size_t(s)] = p0 + s;
         auto pos_d = upload_temp(pos.data(), pos.size() * sizeof(int64_t));
@@ -553,34 +571,48 @@ private:
         auto pre0 = upload_temp(one_hot.data(), one_hot.size() * sizeof(float));
         if (!pre0) return pre0.status();
         dtemp pre_mix = std::move(pre0.value());
+        end();
 
         shared_sel sh;
         dtemp x = m_->temp_f32(S * D), y = m_->temp_f32(S * D);
         int engram_k = 0;
         for (int l = 0; l < c_.n_layers; l++) {
             const layer_dev &L = layers_[size_t(l)];
-            if (c_.has_engram(l)) DS41RT_RETURN_IF_ERROR(engram(L, engram_k++, sq, p0, S, X.f()));
+            if (c_.has_engram(l)) {
+                begin("engram");
+                DS41RT_RETURN_IF_ERROR(engram(L, engram_k++, sq, p0, S, X.f()));
+                end();
+            }
 
+            begin("mhc+norm");
             auto am = mixes(X.f(), S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base);
             if (!am) return am.status();
             DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(X.f(), pre_mix.f(), S, hc, D, official_, x.f(), st()));
             DS41RT_RETURN_IF_ERROR(norm(x.f(), L.attn_norm, S, D));
+            end();
             DS41RT_RETURN_IF_ERROR(attention(L, l, sq, x.f(), pos_d->as<int64_t>(), p0, S, sh, y.f()));
+            begin("mhc+norm");
             DS41RT_RETURN_IF_ERROR(cuda::hc_expand(X.f(), y.f(), am->post.f(), am->comb.f(), S, hc, D, official_, st()));
 
             auto fm = mixes(X.f(), S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base);
             if (!fm) return fm.status();
             DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(X.f(), am->pre.f(), S, hc, D, official_, x.f(), st()));
             DS41RT_RETURN_IF_ERROR(norm(x.f(), L.ffn_norm, S, D));
+            end();
             DS41RT_RETURN_IF_ERROR(moe(L, x.f(), S, y.f()));
+            begin("mhc+norm");
             DS41RT_RETURN_IF_ERROR(cuda::hc_expand(X.f(), y.f(), fm->post.f(), fm->comb.f(), S, hc, D, official_, st()));
+            end();
             pre_mix = std::move(fm->pre);
         }
+        begin("head");
         DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(X.f(), pre_mix.f(), S, hc, D, official_, x.f(), st()));
         DS41RT_RETURN_IF_ERROR(norm(x.f(), norm_, S, D));
         dtemp lg = m_->temp_f32(S * V);
         DS41RT_RETURN_IF_ERROR(m_->run_linear(head_, x.f(), lg.f(), S, lin::F32));
+        end();
         DS41RT_RETURN_IF_ERROR(m_->to_host(logits, lg.f(), size_t(S * V) * sizeof(float)));
+        prof_.collect();
         sq.len += S;
         return Status::ok();
     }
@@ -595,15 +627,16 @@ private:
     const float *norm_ = nullptr, *inv_main_ = nullptr, *inv_compress_ = nullptr;
     int n_pairs_ = 0;
     std::vector<layer_dev> layers_;
+    mutable section_timer prof_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<engine>> make_v41_gpu_engine(std::shared_ptr<const model::weights> w,
-                                                    const engram_tables &tables, const engine_options &opt) {
+Result<std::unique_ptr<engine>> make_v41_gpu_engine(std::unique_ptr<device_model> m, const engram_tables &tables,
+                                                    const engine_options &opt) {
     if (opt.remote.any_remote())
         return Status::not_supported("the GPU engine runs every expert layer locally (remote layers: CPU engine)");
-    const model::model_config &c = w->config();
+    const model::model_config &c = m->config();
     engram_hasher h;
     const bool has_engram = !c.engram_layer_ids.empty();
     if (has_engram) {
@@ -611,9 +644,7 @@ Result<std::unique_ptr<engine>> make_v41_gpu_engine(std::shared_ptr<const model:
         if (!r) return r.status();
         h = std::move(r.value());
     }
-    auto m = device_model::make(std::move(w), opt.mode == numerics::OFFICIAL);
-    if (!m) return m.status();
-    auto e = std::make_unique<v41_gpu>(std::move(m.value()), std::move(h), has_engram);
+    auto e = std::make_unique<v41_gpu>(std::move(m), std::move(h), has_engram, opt.profile);
     DS41RT_RETURN_IF_ERROR(e->load());
     return std::unique_ptr<engine>(std::move(e));
 }

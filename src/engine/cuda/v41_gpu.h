@@ -6,14 +6,14 @@
 
 #include "engine/engine.h"
 #include "engine/v41_model.h"
-#include "model/weights.h"
+#include "engine/cuda/device_model.h"
 
 namespace ds41rt::engine::gpu {
 
-// Uploads the checkpoint's text weights in their stored formats to device 0. NOT_SUPPORTED for
-// what has no GPU path yet (routed experts stored other than MXFP4, remote expert layers),
-// UNAVAILABLE without a usable GPU.
-Result<std::unique_ptr<engine>> make_v41_gpu_engine(std::shared_ptr<const model::weights> w,
-                                                    const engram_tables &tables, const engine_options &opt);
+// Loads the text weights of m's source (a checkpoint, or dummy weights) onto its device.
+// NOT_SUPPORTED for what has no GPU path yet (routed experts stored other than MXFP4, remote
+// expert layers).
+Result<std::unique_ptr<engine>> make_v41_gpu_engine(std::unique_ptr<device_model> m, const engram_tables &tables,
+                                                    const engine_options &opt);
 
 }  // namespace ds41rt::engine::gpu

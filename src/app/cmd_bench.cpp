@@ -1,0 +1,262 @@
+// ds41rt bench: decode and prefill speed of the engine on the GPU, judged against the device's
+// measured copy bandwidth (the decode roofline: weight bytes read per step). Writes bench.json and
+// bench.md into --out (docs/perf reports are made from them).
+//
+// Decode at concurrency C: C sequences, each prefilled with --context tokens, then --decode-steps
+// steps of one token per sequence. The C1 step's bytes are counted from the dummy-weight plan of
+// the same config (every non-expert tensor of a layer once, plus the routed experts a token
+// selects: n_activated_experts of them), so the fraction says how close a step is to reading its
+// weights once at copy speed.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "app/commands.h"
+#include "engine/engine.h"
+#include "model/config.h"
+#include "model/dummy_weights.h"
+#include "model/flash_configs.h"
+#ifdef DS41RT_HAVE_CUDA
+#include "backend/cuda/device_info.h"
+#include "backend/cuda/peaks.cuh"
+#endif
+
+namespace ds41rt::app {
+
+namespace {
+
+struct bench_args {
+    std::string model, model_type, load_format = "dummy", numerics = "official", out = ".", commit = "unknown";
+    int layers = -1, context = 128, decode_steps = 16;
+    uint64_t seed = 1;
+    std::string concurrency = "1,4,16", prefill = "512,2048";
+};
+
+std::vector<int> parse_list(const std::string &s) {
+    std::vector<int> v;
+    std::stringstream ss(s);
+    for (std::string item; std::getline(ss, item, ',');)
+        if (!item.empty()) v.push_back(std::stoi(item));
+    return v;
+}
+
+// Bytes one C1 decode step reads: per layer every tensor but the routed experts, plus the K
+// experts one token selects; the head, final norm and hc_head; one embedding row.
+struct step_bytes {
+    uint64_t per_layer_sum = 0, head = 0;
+    std::vector<uint64_t> layer;
+};
+
+step_bytes c1_bytes(const model::model_config &c, const model::dummy_plan &plan) {
+    step_bytes b;
+    b.layer.assign(size_t(plan.layers), 0);
+    std::vector<uint64_t> expert_sum(size_t(plan.layers), 0);
+    for (const auto &t : plan.tensors) {
+        const int l = t.entry.layer;
+        if (l < 0 || l >= plan.layers) {
+            if (t.entry.name.rfind("embed.", 0) != 0) b.head += t.bytes;
+            else b.head += t.bytes / uint64_t(std::max<int64_t>(1, c.vocab_size));
+            continue;
+        }
+        if (t.entry.name.find(".ffn.experts.") != std::string::npos) expert_sum[size_t(l)] += t.bytes;
+        else if (t.entry.name.find(".engram.embed.") != std::string::npos)
+            continue;  // a token gathers a few rows: negligible
+        else b.layer[size_t(l)] += t.bytes;
+    }
+    for (int l = 0; l < plan.layers; l++) {
+        b.layer[size_t(l)] += expert_sum[size_t(l)] * uint64_t(c.n_activated_experts) / uint64_t(c.n_routed_experts);
+        b.per_layer_sum += b.layer[size_t(l)];
+    }
+    return b;
+}
+
+int run_bench(const bench_args &a, const std::string &command_line) {
+#ifndef DS41RT_HAVE_CUDA
+    (void)a;
+    (void)command_line;
+    fmt::print(stderr, "bench: this build has no CUDA backend\n");
+    return 1;
+#else
+    using clock = std::chrono::steady_clock;
+    auto secs = [](auto d) { return std::chrono::duration<double>(d).count(); };
+    model::model_config cfg;
+    if (!a.model_type.empty()) {
+        auto c = model::flash_config(a.model_type == "v4" ? model::arch::V4 : model::arch::V41);
+        if (!c) return fmt::print(stderr, "bench: {}\n", c.status().to_string()), 1;
+        cfg = c.value();
+    } else {
+        auto c = model::load_config(a.model);
+        if (!c) return fmt::print(stderr, "bench: {}\n", c.status().to_string()), 1;
+        cfg = c.value();
+    }
+    auto dev = backend::cuda::query_device(0);
+    if (!dev) return fmt::print(stderr, "bench: {}\n", dev.status().to_string()), 1;
+    auto copy = backend::cuda::measure_copy_gbps();
+    if (!copy) return fmt::print(stderr, "bench: {}\n", copy.status().to_string()), 1;
+    fmt::print(stderr, "bench: {} ({} SMs), driver CUDA {}, copy {:.0f} GB/s\n", dev->name, dev->sm_count,
+               backend::cuda::driver_cuda_version(), copy.value());
+
+    engine::engine_options opt;
+    opt.mode = a.numerics == "official" ? engine::numerics::OFFICIAL : engine::numerics::TRANSFORMERS;
+    opt.backend = engine::backend_kind::CUDA;
+    opt.profile = true;
+    auto t0 = clock::now();
+    auto opened = a.load_format == "dummy" ? engine::engine::open_dummy(cfg, a.layers, a.seed, opt)
+                                           : engine::engine::open(a.model, opt);
+    if (!opened) return fmt::print(stderr, "bench: {}\n", opened.status().to_string()), 1;
+    engine::engine &eng = *opened.value();
+    const double load_s = secs(clock::now() - t0);
+    const model::model_config &c = eng.config();
+    fmt::print(stderr, "bench: loaded {} layers in {:.1f} s\n", c.n_layers, load_s);
+
+    std::mt19937 rng(uint32_t(a.seed));
+    auto tokens = [&](int n) {
+        std::vector<int32_t> v(static_cast<size_t>(n));
+        for (auto &t : v) t = int32_t(rng() % uint32_t(c.vocab_size));
+        return v;
+    };
+    nlohmann::json j;
+    j["device"] = dev->name;
+    j["sm_count"] = dev->sm_count;
+    j["driver_cuda"] = backend::cuda::driver_cuda_version();
+    j["commit"] = a.commit;
+    j["command"] = command_line;
+    j["model"] = a.model_type.empty() ? a.model : "built-in " + a.model_type + " Flash config";
+    j["load_format"] = a.load_format;
+    j["numerics"] = a.numerics;
+    j["layers"] = c.n_layers;
+    j["copy_gbps"] = copy.value();
+    j["load_s"] = load_s;
+
+    std::vector<Tensor> out;
+    double c1_step_ms = 0;
+    for (int C : parse_list(a.concurrency)) {
+        std::vector<engine::step_input> in;
+        for (int i = 0; i < C; i++) {
+            in.push_back({eng.create_sequence(), tokens(a.context)});
+            Status st = eng.step({in.back()}, &out);
+            if (!st.is_ok()) return fmt::print(stderr, "bench: prefill: {}\n", st.to_string()), 1;
+        }
+        for (auto &s : in) s.tokens = tokens(1);
+        Status st = eng.step(in, &out);  // warm-up
+        if (!st.is_ok()) return fmt::print(stderr, "bench: decode: {}\n", st.to_string()), 1;
+        eng.reset_op_times();
+        auto d0 = clock::now();
+        for (int k = 0; k < a.decode_steps; k++) {
+            for (auto &s : in) s.tokens = tokens(1);
+            st = eng.step(in, &out);
+            if (!st.is_ok()) return fmt::print(stderr, "bench: decode: {}\n", st.to_string()), 1;
+        }
+        const double ms = secs(clock::now() - d0) * 1e3 / a.decode_steps;
+        if (C == 1) {
+            c1_step_ms = ms;
+            double total = 0;
+            for (auto &t : eng.op_times()) total += t.ms;
+            nlohmann::json sec = nlohmann::json::array();
+            for (auto &t : eng.op_times())
+                sec.push_back({{"name", t.name}, {"ms_per_step", t.ms / a.decode_steps},
+                               {"share", total > 0 ? t.ms / total : 0}});
+            j["c1_sections"] = sec;
+            j["c1_sections_ms_per_step"] = total / a.decode_steps;
+        }
+        j["decode"].push_back({{"concurrency", C}, {"ms_per_step", ms}, {"tok_s", C * 1e3 / ms},
+                               {"ms_per_layer", ms / c.n_layers}});
+        fmt::print(stderr, "bench: decode C{}: {:.2f} ms per step ({:.3f} ms per layer), {:.1f} tok/s\n", C, ms,
+                   ms / c.n_layers, C * 1e3 / ms);
+        for (auto &s : in) eng.free_sequence(s.seq);
+    }
+    auto plan = model::plan_dummy_weights(cfg, c.n_layers);
+    if (plan && c1_step_ms > 0) {
+        const step_bytes b = c1_bytes(cfg, plan.value());
+        const double bytes = double(b.per_layer_sum + b.head);
+        const double roof_ms = bytes / (copy.value() * 1e9) * 1e3;
+        j["c1_bytes_per_step"] = bytes;
+        j["c1_bytes_per_layer_mean"] = double(b.per_layer_sum) / c.n_layers;
+        j["c1_roofline_ms"] = roof_ms;
+        j["c1_roofline_fraction"] = roof_ms / c1_step_ms;
+        fmt::print(stderr, "bench: C1 reads {:.2f} GB per step ({:.1f} MB per layer): roofline {:.3f} ms, {:.1f}% of it\n",
+                   bytes / 1e9, double(b.per_layer_sum) / c.n_layers / 1e6, roof_ms, 100 * roof_ms / c1_step_ms);
+    }
+    for (int P : parse_list(a.prefill)) {
+        engine::seq_id s = eng.create_sequence();
+        auto p0 = clock::now();
+        Status st = eng.step({{s, tokens(P)}}, &out);
+        const double sec = secs(clock::now() - p0);
+        eng.free_sequence(s);
+        if (!st.is_ok()) return fmt::print(stderr, "bench: prefill {}: {}\n", P, st.to_string()), 1;
+        j["prefill"].push_back({{"tokens", P}, {"seconds", sec}, {"tok_s", P / sec}});
+        fmt::print(stderr, "bench: prefill {} tokens: {:.2f} s, {:.0f} tok/s\n", P, sec, P / sec);
+    }
+
+    std::filesystem::create_directories(a.out);
+    std::ofstream(a.out + "/bench.json") << j.dump(2) << "\n";
+    std::ofstream md(a.out + "/bench.md");
+    md << fmt::format("# ds41rt bench\n\nDevice {} ({} SMs), driver CUDA {}, commit {}, {} numerics, {} layers "
+                      "({} weights).\nCommand: `{}`\n\nMeasured copy bandwidth: {:.0f} GB/s. Load: {:.1f} s.\n\n",
+                      dev->name, dev->sm_count, backend::cuda::driver_cuda_version(), a.commit, a.numerics,
+                      c.n_layers, a.load_format, command_line, copy.value(), load_s);
+    md << "| concurrency | ms / step | ms / layer | tok/s |\n|---|---|---|---|\n";
+    for (auto &d : j["decode"])
+        md << fmt::format("| {} | {:.2f} | {:.3f} | {:.1f} |\n", int(d["concurrency"]), double(d["ms_per_step"]),
+                          double(d["ms_per_layer"]), double(d["tok_s"]));
+    if (j.contains("c1_roofline_fraction"))
+        md << fmt::format("\nC1 step reads {:.2f} GB ({:.1f} MB per layer on average): {:.3f} ms at copy speed, "
+                          "{:.1f}% of the roofline.\n",
+                          double(j["c1_bytes_per_step"]) / 1e9, double(j["c1_bytes_per_layer_mean"]) / 1e6,
+                          double(j["c1_roofline_ms"]), 100 * double(j["c1_roofline_fraction"]));
+    if (j.contains("c1_sections")) {
+        md << "\n| C1 section | ms / step | share |\n|---|---|---|\n";
+        for (auto &s : j["c1_sections"])
+            md << fmt::format("| {} | {:.3f} | {:.1f}% |\n", std::string(s["name"]), double(s["ms_per_step"]),
+                              100 * double(s["share"]));
+    }
+    if (j.contains("prefill")) {
+        md << "\n| prefill tokens | seconds | tok/s |\n|---|---|---|\n";
+        for (auto &p : j["prefill"])
+            md << fmt::format("| {} | {:.2f} | {:.0f} |\n", int(p["tokens"]), double(p["seconds"]), double(p["tok_s"]));
+    }
+    fmt::print(stderr, "bench: wrote {}/bench.json and bench.md\n", a.out);
+    return 0;
+#endif
+}
+
+}  // namespace
+
+void register_bench(CLI::App &app, command_list &cmds) {
+    auto args = std::make_shared<bench_args>();
+    auto *sub = app.add_subcommand("bench", "decode and prefill speed on the GPU against the measured copy roofline");
+    auto *mt = sub->add_option("--model-type", args->model_type, "built-in full-size config: v41 (or v4)")
+                   ->check(CLI::IsMember({"v41", "v4"}));
+    sub->add_option("--model", args->model, "checkpoint directory (or a directory with a config.json)")->excludes(mt);
+    sub->add_option("--load-format", args->load_format, "dummy (random full-size weights, default) or checkpoint")
+        ->check(CLI::IsMember({"dummy", "checkpoint"}));
+    sub->add_option("--layers", args->layers, "dummy weights: the first N layers only (-1: all)");
+    sub->add_option("--numerics", args->numerics, "official (default) or transformers")
+        ->check(CLI::IsMember({"transformers", "official"}));
+    sub->add_option("--context", args->context, "tokens prefilled before decoding")->check(CLI::Range(1, 1 << 20));
+    sub->add_option("--decode-steps", args->decode_steps, "timed decode steps")->check(CLI::Range(1, 100000));
+    sub->add_option("--concurrency", args->concurrency, "comma-separated decode concurrencies");
+    sub->add_option("--prefill", args->prefill, "comma-separated prefill prompt lengths (empty: none)");
+    sub->add_option("--seed", args->seed, "dummy weights and token ids");
+    sub->add_option("--commit", args->commit, "commit label recorded in the report");
+    sub->add_option("--out", args->out, "directory for bench.json and bench.md");
+    cmds.push_back({sub, [args, sub] {
+                        if (args->model.empty() && args->model_type.empty()) {
+                            fmt::print(stderr, "bench: give --model-type or --model\n");
+                            return 2;
+                        }
+                        std::string cl = "ds41rt bench";
+                        for (const auto &o : sub->get_options())
+                            if (o->count() > 0 && !o->get_lnames().empty())
+                                cl += " --" + o->get_lnames()[0] + " " + o->as<std::string>();
+                        return run_bench(*args, cl);
+                    }});
+}
+
+}  // namespace ds41rt::app

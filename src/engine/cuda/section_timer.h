@@ -1,0 +1,54 @@
+// Device time of named sections of a forward pass (engine_options::profile): a pair of CUDA
+// events around each section, read back once the step has synchronised. Sections may repeat
+// (per layer); their times add up under one name. Off, it costs nothing.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace ds41rt::engine::gpu {
+
+class section_timer {
+public:
+    explicit section_timer(bool on) : on_(on) {}
+    ~section_timer();
+    section_timer(const section_timer &) = delete;
+    section_timer &operator=(const section_timer &) = delete;
+
+    // Marks the start of `name` on stream s; end() closes the innermost open section.
+    void begin(const char *name, cudaStream_t s);
+    void end(cudaStream_t s);
+    // Adds the closed sections' times (after the stream has synchronised) and recycles events.
+    void collect();
+    std::vector<op_time> times() const;
+    void reset() { totals_.clear(); }
+
+private:
+    struct open_section {
+        const char *name;
+        cudaEvent_t start, stop;
+    };
+    cudaEvent_t event();
+    bool on_;
+    std::vector<open_section> stack_, closed_;
+    std::vector<cudaEvent_t> free_;
+    std::map<std::string, op_time> totals_;
+};
+
+// begin() on construction, end() on scope exit.
+class section_scope {
+public:
+    section_scope(section_timer &t, const char *name, cudaStream_t s) : t_(t), s_(s) { t_.begin(name, s); }
+    ~section_scope() { t_.end(s_); }
+
+private:
+    section_timer &t_;
+    cudaStream_t s_;
+};
+
+}  // namespace ds41rt::engine::gpu
