@@ -1,7 +1,8 @@
 // What the CPU-reference forward passes (v4_model, v41_model) share as engines: the table of
 // live sequences, step()'s input checks and its loop over sequences. A model supplies the state
 // type (it must have `int64_t len`), how a fresh state looks, and the forward of one sequence's
-// new tokens. Sequences are run one after another: the reference has no cross-sequence batching.
+// new tokens. Sequences are run one after another: the reference has no cross-sequence batching
+// (the GPU engine overrides step() to run them as one batch, with check_inputs() and state_of()).
 #pragma once
 
 #include <map>
@@ -27,14 +28,8 @@ public:
 
     Status step(const std::vector<step_input> &inputs, std::vector<Tensor> *logits) override {
         logits->clear();
+        DS41RT_RETURN_IF_ERROR(check_inputs(inputs));
         const int64_t vocab = config().vocab_size;
-        for (const auto &in : inputs) {  // check everything before any state changes
-            if (!seqs_.count(in.seq)) return Status::invalid_argument("unknown sequence " + std::to_string(in.seq));
-            if (in.tokens.empty()) return Status::invalid_argument("step with no tokens");
-            for (int32_t t : in.tokens)
-                if (t < 0 || t >= vocab)
-                    return Status::invalid_argument("token id " + std::to_string(t) + " outside the vocabulary");
-        }
         for (const auto &in : inputs) {
             Tensor out = Tensor::f32({int64_t(in.tokens.size()), vocab});
             DS41RT_RETURN_IF_ERROR(forward(seqs_[in.seq], in.tokens, out.f()));
@@ -44,6 +39,21 @@ public:
     }
 
 protected:
+    // step()'s input checks, made before any state changes.
+    Status check_inputs(const std::vector<step_input> &inputs) const {
+        const int64_t vocab = config().vocab_size;
+        for (const auto &in : inputs) {
+            if (!seqs_.count(in.seq)) return Status::invalid_argument("unknown sequence " + std::to_string(in.seq));
+            if (in.tokens.empty()) return Status::invalid_argument("step with no tokens");
+            for (int32_t t : in.tokens)
+                if (t < 0 || t >= vocab)
+                    return Status::invalid_argument("token id " + std::to_string(t) + " outside the vocabulary");
+        }
+        return Status::ok();
+    }
+    // The state of a sequence check_inputs() accepted.
+    State &state_of(seq_id s) { return seqs_.at(s); }
+
     // Drops every sequence now (a derived engine whose states hold resources it owns, such as
     // device memory on its stream, calls this in its destructor, before those resources go).
     void clear_sequences() { seqs_.clear(); }

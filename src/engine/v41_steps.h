@@ -1,8 +1,9 @@
 // The V4.1 steps that are loops over activations already computed (no weights, no state): the
 // compressor's softmax pooling, the indexer's scores and selections, the Engram gate, and the
-// router. The CPU forward pass (v41_model) runs them on its host arrays; the GPU engine
-// (engine/cuda) runs the same functions on rows it brought back from the device, so both
-// engines take one definition of these steps and their tie rules.
+// router. The CPU forward pass (v41_model) runs them on its host arrays. The GPU engine
+// (engine/cuda) runs the router and the TRANSFORMERS selections (torch's tie order) here, on rows
+// it brought back from the device, so both engines share those definitions and tie rules; the
+// rest have GPU twins in backend/cuda, tested against these functions' loops.
 #pragma once
 
 #include <cstdint>

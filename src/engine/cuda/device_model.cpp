@@ -333,49 +333,74 @@ Status device_model::to_host(void *host, const void *dev, size_t bytes) const {
 }
 
 Status device_model::to_device(void *dev, const void *host, size_t bytes) const {
+    // From pageable memory the runtime stages the bytes before returning (CUDA API sync
+    // behaviour), so the host buffer may die right after, and the stream is not drained.
     DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream_));
-    // The host buffer may die right after: wait for the copy (pageable memory is staged anyway).
+    return Status::ok();
+}
+
+Status device_model::to_host_pair(void *h1, const void *d1, size_t b1, void *h2, const void *d2, size_t b2) const {
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h1, d1, b1, cudaMemcpyDeviceToHost, stream_));
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h2, d2, b2, cudaMemcpyDeviceToHost, stream_));
     DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     return Status::ok();
 }
 
 Status device_model::run_linear(const dlinear &L, const float *x, float *y, int64_t M, lin cls) const {
+    return run_linears({{&L, x, y}}, M, cls);
+}
+
+Status device_model::run_linears(const std::vector<linear_job> &jobs, int64_t M, lin cls) const {
     const bool quant_x = official_ && (cls == lin::FP8 || cls == lin::FP4);
     const int act_block = cfg_.fp8_block_in;
-    if (L.k == dlinear::kind::DENSE) {
-        const float *xin = x;
+    std::vector<const linear_job *> gemv_jobs;
+    for (const linear_job &j : jobs) {
+        const dlinear &L = *j.L;
+        if (L.k != dlinear::kind::DENSE) {
+            gemv_jobs.push_back(&j);
+            continue;
+        }
+        const float *xin = j.x;
         dtemp xq;
         if (quant_x) {  // weights stored plain, numerics of a quantized class: fake-quantize x
             xq = temp_f32(M * L.K);
             DS41RT_CUDA_RETURN_IF_ERROR(
-                cudaMemcpyAsync(xq.f(), x, size_t(M) * L.K * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+                cudaMemcpyAsync(xq.f(), j.x, size_t(M) * L.K * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
             DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp8_ue8m0(xq.f(), M, L.K, act_block, stream_));
             xin = xq.f();
         }
-        DS41RT_RETURN_IF_ERROR(cuda::dense_linear(xin, L.wd, L.wd_bf16, y, M, L.N, L.K, stream_));
-    } else {
-        // The GEMV takes 16 rows a launch; longer inputs (prefill chunks) go through in pieces.
+        DS41RT_RETURN_IF_ERROR(cuda::dense_linear(xin, L.wd, L.wd_bf16, j.y, M, L.N, L.K, stream_));
+    }
+    // The GEMV takes 16 rows and 24 matrices a launch; longer inputs (prefill chunks) go in pieces.
+    constexpr size_t MATS = 24;
+    for (size_t j0 = 0; j0 < gemv_jobs.size(); j0 += MATS)
         for (int64_t m0 = 0; m0 < M; m0 += 16) {
-            cuda::gemv_matrix g;
-            g.w = L.w;
-            g.scale = L.scale;
-            g.fp4 = L.k == dlinear::kind::MXFP4;
-            g.block_out = L.bo;
-            g.block_in = L.bi;
-            g.N = L.N;
-            g.K = L.K;
-            g.x = x + m0 * L.K;
-            g.act_block = quant_x ? act_block : 0;
-            g.y = y + m0 * L.N;
-            g.M = int(std::min<int64_t>(16, M - m0));
-            auto plan = cuda::plan_gemv(dev_, {g});
+            std::vector<cuda::gemv_matrix> mats;
+            for (size_t j = j0; j < std::min(gemv_jobs.size(), j0 + MATS); j++) {
+                const dlinear &L = *gemv_jobs[j]->L;
+                cuda::gemv_matrix g;
+                g.w = L.w;
+                g.scale = L.scale;
+                g.fp4 = L.k == dlinear::kind::MXFP4;
+                g.block_out = L.bo;
+                g.block_in = L.bi;
+                g.N = L.N;
+                g.K = L.K;
+                g.x = gemv_jobs[j]->x + m0 * L.K;
+                g.act_block = quant_x ? act_block : 0;
+                g.y = gemv_jobs[j]->y + m0 * L.N;
+                g.M = int(std::min<int64_t>(16, M - m0));
+                mats.push_back(g);
+            }
+            auto plan = cuda::plan_gemv(dev_, mats);
             if (!plan) return plan.status();
             if (gemv_ws_.bytes() < plan->workspace_bytes) gemv_ws_ = temp(plan->workspace_bytes * 2);
             DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(gemv_ws_.as<void>(), 0, plan->workspace_bytes, stream_));
             DS41RT_RETURN_IF_ERROR(cuda::run_gemv(plan.value(), gemv_ws_.as<void>(), stream_));
         }
-    }
-    if (official_ && cls != lin::F32) DS41RT_RETURN_IF_ERROR(cuda::round_bf16_inplace(y, M * L.N, stream_));
+    if (official_ && cls != lin::F32)
+        for (const linear_job &j : jobs)
+            DS41RT_RETURN_IF_ERROR(cuda::round_bf16_inplace(j.y, M * j.L->N, stream_));
     return Status::ok();
 }
 

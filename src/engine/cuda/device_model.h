@@ -107,8 +107,17 @@ public:
     // OFFICIAL quantizes x to FP8 per fp8_block_in before FP8 / FP4 classes and rounds the output
     // to bf16 for every class but F32. x and y are device arrays.
     Status run_linear(const dlinear &L, const float *x, float *y, int64_t M, backend::cpu::lin cls) const;
+    // Several linears of one class over M rows each, their FP8 / MXFP4 products in one GEMV
+    // launch per 16 rows (projections that share an input, the groups of a grouped projection).
+    struct linear_job {
+        const dlinear *L;
+        const float *x;
+        float *y;
+    };
+    Status run_linears(const std::vector<linear_job> &jobs, int64_t M, backend::cpu::lin cls) const;
     Status to_host(void *host, const void *dev, size_t bytes) const;  // synchronises the stream
-    Status to_device(void *dev, const void *host, size_t bytes) const;
+    Status to_host_pair(void *h1, const void *d1, size_t b1, void *h2, const void *d2, size_t b2) const;  // one sync
+    Status to_device(void *dev, const void *host, size_t bytes) const;  // stream-ordered, no sync
 
 private:
     device_model() = default;

@@ -7,12 +7,15 @@
 // entries and the index keys (fp32 rows; the packed paged pools of backend/cuda cache_pack are
 // the next step). Activations are stream-ordered temporaries.
 //
+// A step runs the new tokens of all its sequences as one set of rows (step_rows): row-wise ops
+// over every row, the state-owning steps (Engram history, compressor, indexer, window ring)
+// sequence by sequence.
+//
 // What still crosses to the host inside a step (each a synchronisation, and the reason this
-// engine is not yet captured in a CUDA graph): the router's logits and the indexer's scores
-// (their top-k runs in engine/v41_steps, whose TRANSFORMERS tie order is torch's and has no GPU
-// twin), the compressor's pooling and the Engram gate (v41_steps; GPU kernels for both are
-// written and wait for their H200 check), and the attention key lists, built from positions the
-// host tracks.
+// engine is not yet captured in a CUDA graph): the router's logits (routing is planned on the
+// host for the MoE decode kernels), the indexer's picks (OFFICIAL: top-k on the device, the picks
+// come back; TRANSFORMERS: the scores come back, since torch's tie order has no GPU twin), and
+// the attention key lists, built on the host from the picks and the window positions it tracks.
 #include "engine/cuda/v41_gpu.h"
 
 #include <algorithm>
@@ -20,16 +23,21 @@
 #include <map>
 
 #include "backend/cuda/attention.cuh"
+#include "backend/cuda/candidate_mask.cuh"
+#include "backend/cuda/compressor.cuh"
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/dense.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/embedding.cuh"
+#include "backend/cuda/engram.cuh"
 #include "backend/cuda/fake_quant.cuh"
+#include "backend/cuda/indexer.cuh"
 #include "backend/cuda/mhc.cuh"
 #include "backend/cuda/moe_decode.cuh"
 #include "backend/cuda/norm.cuh"
 #include "backend/cuda/rope.cuh"
 #include "backend/cuda/swiglu.cuh"
+#include "backend/cuda/topk.cuh"
 #include "engine/cpu_engine.h"
 #include "engine/cuda/device_model.h"
 #include "engine/cuda/section_timer.h"
@@ -63,7 +71,7 @@ struct layer_dev {
     const uint8_t *e_table = nullptr, *e_scale = nullptr;  // Engram layers
     int64_t e_rows = 0;
     dlinear e_wkv;
-    Tensor e_q, e_k;  // host: the gate runs in v41_steps
+    const float *e_q = nullptr, *e_k = nullptr;
     dlinear gate_w;
     Tensor gate_bias;  // host: the router runs in v41_steps
     dlinear sw1, sw2, sw3;
@@ -97,11 +105,24 @@ struct shared_sel {
     bool has_topk = false;
     std::vector<std::vector<int32_t>> topk;
     bool has_candidates = false;
-    std::vector<std::vector<uint8_t>> candidates;
+    std::vector<std::vector<uint8_t>> candidates;  // TRANSFORMERS: on the host
+    dtemp cand_mask;                                // OFFICIAL: [S, cand_T] on the device
+    int64_t cand_T = 0;
 };
 
 struct mixes_dev {
     dtemp pre, post, comb;
+};
+
+// The rows of one step: the new tokens of several sequences, concatenated. Row-wise ops (the
+// linears, norms, mHC, RoPE, attention, MoE) run over all rows at once; the steps that read or
+// write a sequence's own state (Engram history, compressor, indexer, window ring) walk the
+// sequences, each over its rows [off, off + n).
+struct step_rows {
+    std::vector<seq_dev *> seq;
+    std::vector<int64_t> off, n, p0;  // per sequence
+    int64_t rows = 0;
+    const int64_t *pos_d = nullptr;   // [rows] device positions
 };
 
 class v41_gpu final : public cpu_engine<seq_dev> {
@@ -178,12 +199,8 @@ public:
                 DS41RT_RETURN_IF_ERROR(m.engram_table(p + "engram.embed.weight", DUMMY_ENGRAM_ROWS, &L.e_table,
                                                       &L.e_scale, &L.e_rows));
                 DS41RT_RETURN_IF_ERROR(lin_(p + "engram.wkv.weight", &L.e_wkv));
-                auto q = m_->host_f32(p + "engram.q_weight");
-                auto k = m_->host_f32(p + "engram.k_weight");
-                if (!q) return q.status();
-                if (!k) return k.status();
-                L.e_q = q.value();
-                L.e_k = k.value();
+                DS41RT_RETURN_IF_ERROR(vec_(p + "engram.q_weight", &L.e_q));
+                DS41RT_RETURN_IF_ERROR(vec_(p + "engram.k_weight", &L.e_k));
             }
             // Routed experts: the MoE decode kernels read MXFP4 (the official storage).
             L.moe.D = int(c_.dim);
@@ -279,12 +296,14 @@ private:
     }
 
     // ---- Engram (spec 4.9) ----
-    Status engram(const layer_dev &L, int k, seq_dev &sq, int64_t p0, int64_t S, float *X) const {
+    Status engram(const layer_dev &L, int k, const step_rows &B, float *X) const {
         const int hc = c_.hc_mult;
-        const int64_t D = c_.dim, ehd = c_.engram_head_dim, ncols = hasher_.n_cols();
+        const int64_t D = c_.dim, ehd = c_.engram_head_dim, ncols = hasher_.n_cols(), S = B.rows;
         const int64_t in_w = ncols * ehd, out_w = int64_t(hc + 1) * D;
         std::vector<int64_t> ids(static_cast<size_t>(S * ncols));
-        for (int64_t s = 0; s < S; s++) hasher_.hash(sq.engram_history, p0 + s, k, ids.data() + s * ncols);
+        for (size_t i = 0; i < B.seq.size(); i++)
+            for (int64_t s = 0; s < B.n[i]; s++)
+                hasher_.hash(B.seq[i]->engram_history, B.p0[i] + s, k, ids.data() + (B.off[i] + s) * ncols);
         if (m_->is_dummy())
             for (int64_t &id : ids) id %= L.e_rows;
         auto ids_d = upload_temp(ids.data(), ids.size() * sizeof(int64_t));
@@ -293,11 +312,13 @@ private:
         DS41RT_RETURN_IF_ERROR(cuda::gather_rows_fp8_e8m0(L.e_table, L.e_scale, L.e_rows, ehd,
                                                           ids_d->as<int64_t>(), S * ncols, rows.f(), st()));
         DS41RT_RETURN_IF_ERROR(m_->run_linear(L.e_wkv, rows.f(), kv.f(), S, lin::FP8));
-        Status s;
-        std::vector<float> Xh = download(X, S * hc * D, &s), kvh = download(kv.f(), S * out_w, &s);
-        DS41RT_RETURN_IF_ERROR(s);
-        v41::engram_gate(Xh.data(), kvh.data(), L.e_q.f(), L.e_k.f(), S, hc, D, eps(), official_);
-        return m_->to_device(X, Xh.data(), Xh.size() * sizeof(float));
+        cuda::engram_gate_params gp;
+        gp.S = S;
+        gp.hc = hc;
+        gp.D = D;
+        gp.eps = eps();
+        gp.round_bf16 = official_;
+        return cuda::engram_gate(X, kv.f(), L.e_q, L.e_k, gp, st());
     }
 
     // ---- compressor of a KV source (spec 4.4): the latents of the groups completing here ----
@@ -314,20 +335,15 @@ private:
             return kv;
         }
         dtemp kv = m_->temp_f32(S * hd), gate = m_->temp_f32(S * hd);
-        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.c_wkv, x, kv.f(), S, lin::F32));
-        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.c_wgate, x, gate.f(), S, lin::F32));
+        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.c_wkv, x, kv.f()}, {&L.c_wgate, x, gate.f()}}, S, lin::F32));
         DS41RT_RETURN_IF_ERROR(append(src.buf_kv, kv.f(), S));
         DS41RT_RETURN_IF_ERROR(append(src.buf_gate, gate.f(), S));
         const int64_t groups = src.buf_kv.rows / ratio, used = groups * ratio;
         *n_latent = groups;
         dtemp latent = m_->temp_f32(std::max<int64_t>(groups, 1) * hd);
         if (groups == 0) return latent;
-        Status s;
-        std::vector<float> kh = download(src.buf_kv.buf.f(), used * hd, &s), gh = download(src.buf_gate.buf.f(), used * hd, &s);
-        DS41RT_RETURN_IF_ERROR(s);
-        std::vector<float> lh(static_cast<size_t>(groups * hd));
-        v41::compress_pool(kh.data(), gh.data(), groups, ratio, hd, lh.data());
-        DS41RT_RETURN_IF_ERROR(m_->to_device(latent.f(), lh.data(), lh.size() * sizeof(float)));
+        DS41RT_RETURN_IF_ERROR(
+            cuda::compress_pool(src.buf_kv.buf.f(), src.buf_gate.buf.f(), groups, ratio, hd, official_, latent.f(), st()));
         // The open group's tokens (fewer than ratio, so no overlap) move to the front.
         const int64_t rest = src.buf_kv.rows - used;
         for (dev_rows *b : {&src.buf_kv, &src.buf_gate}) {
@@ -336,7 +352,6 @@ private:
                                                             cudaMemcpyDeviceToDevice, st()));
             b->rows = rest;
         }
-        if (official_) DS41RT_RETURN_IF_ERROR(cuda::round_bf16_inplace(latent.f(), groups * hd, st()));
         DS41RT_RETURN_IF_ERROR(norm(latent.f(), L.c_norm, groups, hd));
         return latent;
     }
@@ -370,67 +385,113 @@ private:
         if (ihd % 32 == 0) DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp4_ue8m0(q.f(), S * ih, ihd, 32, st()));
         DS41RT_RETURN_IF_ERROR(m_->run_linear(L.i_weights_proj, x, w.f(), S, lin::BF16));
 
+        cuda::index_score_params ip;
+        ip.S = S;
+        ip.T = T;
+        ip.ih = int(ih);
+        ip.ihd = int(ihd);
+        ip.p0 = p0;
+        ip.ratio = ratio;
+        ip.qk_scale = 1.0f / std::sqrt(float(ihd));
+        ip.head_scale = 1.0f / std::sqrt(float(ih));
+        ip.official = official_;
+        dtemp scores_d = m_->temp_f32(S * T);
+        DS41RT_RETURN_IF_ERROR(cuda::index_scores(q.f(), src.index_keys.buf.f(), w.f(), ip, scores_d.f(), st()));
+        const int64_t k = std::min<int64_t>(c_.index_topk, T);
+        sh.has_topk = true;
+        sh.topk.assign(size_t(S), {});
+        if (official_) {
+            // Lower-index ties: the selections run on the device; only the picks come back.
+            if (layer == c_.candidate_source_layer) {
+                cuda::candidate_params cp;
+                cp.S = S;
+                cp.T = T;
+                cp.p0 = p0;
+                cp.ratio = ratio;
+                cp.block_size = c_.candidate_block_size;
+                cp.topk_blocks = c_.candidate_topk_blocks;
+                sh.cand_mask = m_->temp(size_t(S * T));
+                sh.cand_T = T;
+                sh.has_candidates = true;
+                DS41RT_RETURN_IF_ERROR(cuda::candidate_mask(scores_d.f(), cp, sh.cand_mask.as<uint8_t>(), st()));
+            } else if (c_.candidate_source_layer >= 0 && layer > c_.candidate_source_layer && sh.has_candidates) {
+                if (sh.cand_T != T)
+                    return Status::internal("layer " + std::to_string(layer) + " reads " + std::to_string(T) +
+                                            " index keys, the candidate source " + std::to_string(sh.cand_T));
+                DS41RT_RETURN_IF_ERROR(cuda::apply_candidate_mask(scores_d.f(), sh.cand_mask.as<uint8_t>(), S, T, st()));
+            }
+            dtemp idx = m_->temp(size_t(S * k) * sizeof(int32_t)), cnt = m_->temp(size_t(S) * sizeof(int32_t));
+            DS41RT_RETURN_IF_ERROR(
+                cuda::topk_lower_index(scores_d.f(), S, T, T, int(k), idx.as<int32_t>(), cnt.as<int32_t>(), st()));
+            std::vector<int32_t> ih_(static_cast<size_t>(S * k)), ch(static_cast<size_t>(S));
+            DS41RT_RETURN_IF_ERROR(m_->to_host_pair(ih_.data(), idx.as<void>(), ih_.size() * sizeof(int32_t), ch.data(),
+                                                    cnt.as<void>(), ch.size() * sizeof(int32_t)));
+            for (int64_t r = 0; r < S; r++)
+                sh.topk[size_t(r)].assign(ih_.begin() + r * k, ih_.begin() + r * k + ch[size_t(r)]);
+            return Status::ok();
+        }
+        // TRANSFORMERS: torch's tie order has no GPU twin; the scores come back for the host's top-k.
         Status s;
-        std::vector<float> qh = download(q.f(), S * ih * ihd, &s), kh = download(src.index_keys.buf.f(), T * ihd, &s),
-                           wh = download(w.f(), S * ih, &s);
+        std::vector<float> scores = download(scores_d.f(), S * T, &s);
         DS41RT_RETURN_IF_ERROR(s);
-        std::vector<float> scores(static_cast<size_t>(S * T));
-        v41::index_scores(qh.data(), kh.data(), wh.data(), S, T, ih, ihd, p0, ratio, official_, scores.data());
         if (layer == c_.candidate_source_layer) {
             sh.has_candidates = true;
             sh.candidates = v41::candidate_mask(c_, scores.data(), S, T, p0, ratio, official_);
         } else if (c_.candidate_source_layer >= 0 && layer > c_.candidate_source_layer && sh.has_candidates) {
             v41::apply_candidate_mask(sh.candidates, S, T, scores.data());
         }
-        const int64_t k = std::min<int64_t>(c_.index_topk, T);
-        sh.has_topk = true;
-        sh.topk.assign(size_t(S), {});
         for (int64_t r = 0; r < S; r++)
             for (int64_t t : v41::select_top(scores.data() + r * T, T, k, official_)) sh.topk[size_t(r)].push_back(int32_t(t));
         return Status::ok();
     }
 
     // ---- attention (spec 4.3-4.8) ----
-    Status attention(const layer_dev &L, int layer, seq_dev &sq, const float *x, const int64_t *pos_d, int64_t p0,
-                     int64_t S, shared_sel &sh, float *out) const {
-        const int64_t H = c_.n_heads, hd = c_.head_dim, W = c_.window, qlr = c_.q_lora_rank;
+    Status attention(const layer_dev &L, int layer, const step_rows &B, const float *x, std::vector<shared_sel> &shs,
+                     float *out) const {
+        const int64_t H = c_.n_heads, hd = c_.head_dim, W = c_.window, qlr = c_.q_lora_rank, S = B.rows;
+        const int64_t *pos_d = B.pos_d;
         const float *inv = inv_for(layer);
         begin("attn.qkv");
         dtemp qr = m_->temp_f32(S * qlr), q = m_->temp_f32(S * H * hd), kv = m_->temp_f32(S * hd);
-        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.wq_a, x, qr.f(), S, lin::FP8));
+        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.wq_a, x, qr.f()}, {&L.wkv, x, kv.f()}}, S, lin::FP8));
         DS41RT_RETURN_IF_ERROR(norm(qr.f(), L.q_norm, S, qlr));
         DS41RT_RETURN_IF_ERROR(m_->run_linear(L.wq_b, qr.f(), q.f(), S, lin::FP8));
         DS41RT_RETURN_IF_ERROR(rope(q.f(), S * H, hd, pos_d, H, inv, false));
-        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.wkv, x, kv.f(), S, lin::FP8));
         DS41RT_RETURN_IF_ERROR(norm(kv.f(), L.kv_norm, S, hd));
         DS41RT_RETURN_IF_ERROR(rope(kv.f(), S, hd, pos_d, 1, inv, false));
         if (hd % 32 == 0) DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp8_ue8m0(kv.f(), S, hd, 32, st()));
         end();
 
-        // Compressed branch.
-        const float *centries = nullptr;
+        // Compressed branch, sequence by sequence (each has its own compressor and entries).
+        std::vector<const float *> centries(B.seq.size(), nullptr);
         if (c_.ratio(layer) > 0) {
             begin("attn.compress+index");
-            source_dev &src = sq.sources.at(c_.kv_source_for(layer));
-            int64_t n_latent = 0, first_pos = 0;
-            dtemp latent;
-            if (c_.is_kv_source(layer)) {
-                auto r = compress(L, layer, src, x, S, &n_latent, &first_pos);
-                if (!r) return r.status();
-                latent = std::move(r.value());
+            for (size_t i = 0; i < B.seq.size(); i++) {
+                seq_dev &sq = *B.seq[i];
+                const int64_t o = B.off[i], n = B.n[i];
+                source_dev &src = sq.sources.at(c_.kv_source_for(layer));
+                int64_t n_latent = 0, first_pos = 0;
+                dtemp latent;
+                if (c_.is_kv_source(layer)) {
+                    auto r = compress(L, layer, src, x + o * c_.dim, n, &n_latent, &first_pos);
+                    if (!r) return r.status();
+                    latent = std::move(r.value());
+                }
+                if (c_.is_index_source(layer))
+                    DS41RT_RETURN_IF_ERROR(indexer(L, layer, sq, x + o * c_.dim, qr.f() + o * qlr, latent.f(), n_latent,
+                                                   first_pos, pos_d + o, B.p0[i], n, shs[i]));
+                if (n_latent > 0) {
+                    std::vector<int64_t> lpos(static_cast<size_t>(n_latent));
+                    for (int64_t g = 0; g < n_latent; g++) lpos[size_t(g)] = first_pos + c_.ratio(layer) * g;
+                    auto lp = upload_temp(lpos.data(), lpos.size() * sizeof(int64_t));
+                    if (!lp) return lp.status();
+                    DS41RT_RETURN_IF_ERROR(rope(latent.f(), n_latent, hd, lp->as<int64_t>(), 1, inv_compress_, false));
+                    if (hd % 16 == 0)
+                        DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp4_e4m3(latent.f(), n_latent, hd, 16, st()));
+                    DS41RT_RETURN_IF_ERROR(append(src.entries, latent.f(), n_latent));
+                }
+                if (src.entries.rows > 0) centries[i] = src.entries.buf.f();
             }
-            if (c_.is_index_source(layer))
-                DS41RT_RETURN_IF_ERROR(indexer(L, layer, sq, x, qr.f(), latent.f(), n_latent, first_pos, pos_d, p0, S, sh));
-            if (n_latent > 0) {
-                std::vector<int64_t> lpos(static_cast<size_t>(n_latent));
-                for (int64_t g = 0; g < n_latent; g++) lpos[size_t(g)] = first_pos + c_.ratio(layer) * g;
-                auto lp = upload_temp(lpos.data(), lpos.size() * sizeof(int64_t));
-                if (!lp) return lp.status();
-                DS41RT_RETURN_IF_ERROR(rope(latent.f(), n_latent, hd, lp->as<int64_t>(), 1, inv_compress_, false));
-                if (hd % 16 == 0) DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp4_e4m3(latent.f(), n_latent, hd, 16, st()));
-                DS41RT_RETURN_IF_ERROR(append(src.entries, latent.f(), n_latent));
-            }
-            if (src.entries.rows > 0) centries = src.entries.buf.f();
             end();
         }
         begin("attn.core");
@@ -439,24 +500,28 @@ private:
         // (ring rows older than this chunk, then the chunk's own), OFFICIAL's -1 pads up to the
         // window width, then the selected compressed entries. Trailing nulls pad the lists to
         // one length; they are skipped and change no block of the OFFICIAL online softmax.
-        const float *ring = sq.ring[size_t(layer)].f();
-        const auto &rpos = sq.ring_pos[size_t(layer)];
-        std::vector<std::pair<int64_t, const float *>> wk;
-        for (int64_t p = std::max<int64_t>(0, p0 - W); p < p0; p++)
-            if (rpos[size_t(p % W)] == p) wk.push_back({p, ring + (p % W) * hd});
-        for (int64_t s = 0; s < S; s++) wk.push_back({p0 + s, kv.f() + s * hd});
         std::vector<std::vector<const float *>> lists(static_cast<size_t>(S));
         size_t Lmax = 0;
-        for (int64_t s = 0; s < S; s++) {
-            auto &keys = lists[size_t(s)];
-            const int64_t p = p0 + s;
-            for (auto &[kp, ptr] : wk)
-                if (kp <= p && kp > p - W) keys.push_back(ptr);
-            if (official_)
-                while (int64_t(keys.size()) < W) keys.push_back(nullptr);
-            if (centries && sh.has_topk)
-                for (int32_t e : sh.topk[size_t(s)]) keys.push_back(centries + int64_t(e) * hd);
-            Lmax = std::max(Lmax, keys.size());
+        for (size_t i = 0; i < B.seq.size(); i++) {
+            const seq_dev &sq = *B.seq[i];
+            const int64_t p0 = B.p0[i], o = B.off[i];
+            const float *ring = sq.ring[size_t(layer)].f();
+            const auto &rpos = sq.ring_pos[size_t(layer)];
+            std::vector<std::pair<int64_t, const float *>> wk;
+            for (int64_t p = std::max<int64_t>(0, p0 - W); p < p0; p++)
+                if (rpos[size_t(p % W)] == p) wk.push_back({p, ring + (p % W) * hd});
+            for (int64_t s = 0; s < B.n[i]; s++) wk.push_back({p0 + s, kv.f() + (o + s) * hd});
+            for (int64_t s = 0; s < B.n[i]; s++) {
+                auto &keys = lists[size_t(o + s)];
+                const int64_t p = p0 + s;
+                for (auto &[kp, ptr] : wk)
+                    if (kp <= p && kp > p - W) keys.push_back(ptr);
+                if (official_)
+                    while (int64_t(keys.size()) < W) keys.push_back(nullptr);
+                if (centries[i] && shs[i].has_topk)
+                    for (int32_t e : shs[i].topk[size_t(s)]) keys.push_back(centries[i] + int64_t(e) * hd);
+                Lmax = std::max(Lmax, keys.size());
+            }
         }
         std::vector<const float *> flat(static_cast<size_t>(S) * Lmax, nullptr);
         for (int64_t s = 0; s < S; s++) std::copy(lists[size_t(s)].begin(), lists[size_t(s)].end(), flat.begin() + s * int64_t(Lmax));
@@ -479,25 +544,44 @@ private:
 
         // Remember the window (after attention: the chunk's rows were visible to it). Only the
         // last `window` rows of a long chunk survive, as in the host ring.
-        for (int64_t s = std::max<int64_t>(0, S - W); s < S; s++) {
-            const int64_t slot = (p0 + s) % W;
-            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sq.ring[size_t(layer)].f() + slot * hd, kv.f() + s * hd,
-                                                        size_t(hd) * sizeof(float), cudaMemcpyDeviceToDevice, st()));
+        for (size_t i = 0; i < B.seq.size(); i++) {
+            seq_dev &sq = *B.seq[i];
+            const int64_t p0 = B.p0[i], o = B.off[i], n = B.n[i];
+            for (int64_t s = std::max<int64_t>(0, n - W); s < n; s++) {
+                const int64_t slot = (p0 + s) % W;
+                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sq.ring[size_t(layer)].f() + slot * hd, kv.f() + (o + s) * hd,
+                                                            size_t(hd) * sizeof(float), cudaMemcpyDeviceToDevice, st()));
+            }
+            for (int64_t s = 0; s < n; s++) sq.ring_pos[size_t(layer)][size_t((p0 + s) % W)] = p0 + s;
         }
-        for (int64_t s = 0; s < S; s++) sq.ring_pos[size_t(layer)][size_t((p0 + s) % W)] = p0 + s;
         end();
         begin("attn.out");
 
         // Inverse RoPE at the query position, then the grouped output projection.
         DS41RT_RETURN_IF_ERROR(rope(o.f(), S * H, hd, pos_d, H, inv, true));
         const int64_t G = c_.o_groups, R = c_.o_lora_rank, gin = H * hd / G;
-        dtemp z = m_->temp_f32(S * G * R), og = m_->temp_f32(S * gin), zg = m_->temp_f32(S * R);
-        for (int64_t g = 0; g < G; g++) {
-            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(og.f(), size_t(gin) * 4, o.f() + g * gin, size_t(H * hd) * 4,
-                                                          size_t(gin) * 4, size_t(S), cudaMemcpyDeviceToDevice, st()));
-            DS41RT_RETURN_IF_ERROR(m_->run_linear(L.wo_a.rows(int(g * R), int(R)), og.f(), zg.f(), S, lin::BF16));
-            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(z.f() + g * R, size_t(G * R) * 4, zg.f(), size_t(R) * 4,
-                                                          size_t(R) * 4, size_t(S), cudaMemcpyDeviceToDevice, st()));
+        // One launch for the G group products. A single row's groups are contiguous slices of o
+        // and z; more rows are gathered into per-group blocks first and scattered back after.
+        dtemp z = m_->temp_f32(S * G * R);
+        std::vector<dlinear> wa(static_cast<size_t>(G));
+        std::vector<device_model::linear_job> jobs;
+        for (int64_t g = 0; g < G; g++) wa[size_t(g)] = L.wo_a.rows(int(g * R), int(R));
+        if (S == 1) {
+            for (int64_t g = 0; g < G; g++) jobs.push_back({&wa[size_t(g)], o.f() + g * gin, z.f() + g * R});
+            DS41RT_RETURN_IF_ERROR(m_->run_linears(jobs, S, lin::BF16));
+        } else {
+            dtemp og = m_->temp_f32(G * S * gin), zg = m_->temp_f32(G * S * R);
+            for (int64_t g = 0; g < G; g++) {
+                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(og.f() + g * S * gin, size_t(gin) * 4, o.f() + g * gin,
+                                                              size_t(H * hd) * 4, size_t(gin) * 4, size_t(S),
+                                                              cudaMemcpyDeviceToDevice, st()));
+                jobs.push_back({&wa[size_t(g)], og.f() + g * S * gin, zg.f() + g * S * R});
+            }
+            DS41RT_RETURN_IF_ERROR(m_->run_linears(jobs, S, lin::BF16));
+            for (int64_t g = 0; g < G; g++)
+                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(z.f() + g * R, size_t(G * R) * 4, zg.f() + g * S * R,
+                                                              size_t(R) * 4, size_t(R) * 4, size_t(S),
+                                                              cudaMemcpyDeviceToDevice, st()));
         }
         DS41RT_RETURN_IF_ERROR(m_->run_linear(L.wo_b, z.f(), out, S, lin::FP8));
         end();
@@ -541,8 +625,7 @@ private:
         begin("moe.shared");
         const int64_t I = L.sw1.N;
         dtemp g = m_->temp_f32(S * I), u = m_->temp_f32(S * I), sh = m_->temp_f32(S * D);
-        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.sw1, x, g.f(), S, lin::FP8));
-        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.sw3, x, u.f(), S, lin::FP8));
+        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.sw1, x, g.f()}, {&L.sw3, x, u.f()}}, S, lin::FP8));
         DS41RT_RETURN_IF_ERROR(cuda::swiglu_rows(g.f(), u.f(), nullptr, g.f(), S, I, c_.swiglu_limit, official_, st()));
         DS41RT_RETURN_IF_ERROR(m_->run_linear(L.sw2, g.f(), sh.f(), S, lin::FP8));
         DS41RT_RETURN_IF_ERROR(cuda::add_rows(acc.f(), sh.f(), out, S * D, official_, st()));
@@ -550,20 +633,63 @@ private:
         return Status::ok();
     }
 
-    // ---- one sequence chunk through the whole model (spec 4.1) ----
+    // ---- one step: every sequence's new tokens through the whole model (spec 4.1) ----
+public:
+    Status step(const std::vector<step_input> &inputs, std::vector<Tensor> *logits) override {
+        logits->clear();
+        DS41RT_RETURN_IF_ERROR(check_inputs(inputs));
+        step_rows B;
+        for (const auto &in : inputs) {
+            seq_dev *sq = &state_of(in.seq);
+            if (std::find(B.seq.begin(), B.seq.end(), sq) != B.seq.end())
+                return Status::invalid_argument("sequence " + std::to_string(in.seq) + " appears twice in one step");
+            B.seq.push_back(sq);
+            B.off.push_back(B.rows);
+            B.n.push_back(int64_t(in.tokens.size()));
+            B.p0.push_back(sq->len);
+            B.rows += int64_t(in.tokens.size());
+        }
+        std::vector<int32_t> tokens;
+        for (const auto &in : inputs) tokens.insert(tokens.end(), in.tokens.begin(), in.tokens.end());
+        Tensor all = Tensor::f32({B.rows, c_.vocab_size});
+        DS41RT_RETURN_IF_ERROR(forward_rows(B, tokens, all.f()));
+        for (size_t i = 0; i < inputs.size(); i++) {
+            Tensor out = Tensor::f32({B.n[i], c_.vocab_size});
+            std::copy(all.f() + B.off[i] * c_.vocab_size, all.f() + (B.off[i] + B.n[i]) * c_.vocab_size, out.f());
+            logits->push_back(std::move(out));
+        }
+        return Status::ok();
+    }
+
+private:
+    // One sequence alone (cpu_engine's interface; step() above batches instead).
     Status forward(seq_dev &sq, const std::vector<int32_t> &tokens, float *logits) const override {
-        const int64_t S = int64_t(tokens.size()), D = c_.dim, p0 = sq.len, V = c_.vocab_size;
+        step_rows B;
+        B.seq = {&sq};
+        B.off = {0};
+        B.n = {int64_t(tokens.size())};
+        B.p0 = {sq.len};
+        B.rows = int64_t(tokens.size());
+        return forward_rows(B, tokens, logits);
+    }
+
+    Status forward_rows(step_rows &B, const std::vector<int32_t> &tokens, float *logits) const {
+        const int64_t S = B.rows, D = c_.dim, V = c_.vocab_size;
         const int hc = c_.hc_mult;
         if (has_engram_)
-            for (int32_t t : tokens) sq.engram_history.push_back(hasher_.compressed(t));
+            for (size_t i = 0; i < B.seq.size(); i++)
+                for (int64_t s = 0; s < B.n[i]; s++)
+                    B.seq[i]->engram_history.push_back(hasher_.compressed(tokens[size_t(B.off[i] + s)]));
 
         begin("embed");
         std::vector<int64_t> pos(static_cast<size_t>(S));
-        for (int64_t s = 0; s < S; s++) pos[size_t(s)] = p0 + s;
+        for (size_t i = 0; i < B.seq.size(); i++)
+            for (int64_t s = 0; s < B.n[i]; s++) pos[size_t(B.off[i] + s)] = B.p0[i] + s;
         auto pos_d = upload_temp(pos.data(), pos.size() * sizeof(int64_t));
         auto ids_d = upload_temp(tokens.data(), tokens.size() * sizeof(int32_t));
         if (!pos_d) return pos_d.status();
         if (!ids_d) return ids_d.status();
+        B.pos_d = pos_d->as<int64_t>();
         dtemp X = m_->temp_f32(S * hc * D);
         DS41RT_RETURN_IF_ERROR(cuda::embed_rows_bf16(embed_, V, D, ids_d->as<int32_t>(), S, hc, X.f(), st()));
         std::vector<float> one_hot(static_cast<size_t>(S * hc), 0.0f);  // the first site reads stream 0
@@ -573,14 +699,14 @@ private:
         dtemp pre_mix = std::move(pre0.value());
         end();
 
-        shared_sel sh;
+        std::vector<shared_sel> shs(B.seq.size());
         dtemp x = m_->temp_f32(S * D), y = m_->temp_f32(S * D);
         int engram_k = 0;
         for (int l = 0; l < c_.n_layers; l++) {
             const layer_dev &L = layers_[size_t(l)];
             if (c_.has_engram(l)) {
                 begin("engram");
-                DS41RT_RETURN_IF_ERROR(engram(L, engram_k++, sq, p0, S, X.f()));
+                DS41RT_RETURN_IF_ERROR(engram(L, engram_k++, B, X.f()));
                 end();
             }
 
@@ -590,7 +716,7 @@ private:
             DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(X.f(), pre_mix.f(), S, hc, D, official_, x.f(), st()));
             DS41RT_RETURN_IF_ERROR(norm(x.f(), L.attn_norm, S, D));
             end();
-            DS41RT_RETURN_IF_ERROR(attention(L, l, sq, x.f(), pos_d->as<int64_t>(), p0, S, sh, y.f()));
+            DS41RT_RETURN_IF_ERROR(attention(L, l, B, x.f(), shs, y.f()));
             begin("mhc+norm");
             DS41RT_RETURN_IF_ERROR(cuda::hc_expand(X.f(), y.f(), am->post.f(), am->comb.f(), S, hc, D, official_, st()));
 
@@ -613,7 +739,7 @@ private:
         end();
         DS41RT_RETURN_IF_ERROR(m_->to_host(logits, lg.f(), size_t(S * V) * sizeof(float)));
         prof_.collect();
-        sq.len += S;
+        for (size_t i = 0; i < B.seq.size(); i++) B.seq[i]->len += B.n[i];
         return Status::ok();
     }
 
