@@ -17,6 +17,22 @@ rc=0
 grep -E '^\[  (PASSED|FAILED)' "$OUT/cuda-tests.log"
 "$D/ds41rt_cuda_engine_tests" > "$OUT/cuda-engine-tests.log" 2>&1 || rc=1
 grep -E '^\[  (PASSED|FAILED)|gpu vs cpu' "$OUT/cuda-engine-tests.log"
+# The GPU engine behind the HTTP API: the same greedy completion as the CPU engine's.
+M=tests/fixtures/deepseek-v41-flash-quant
+req='{"model":"deepseek-ai/DeepSeek-V4.1-Flash","prompt":"hello world","max_tokens":12,"temperature":0}'
+for be in cpu cuda; do
+  "$D/ds41rt" serve --model "$M" --tokenizer "$M/tokenizer.json" --backend "$be" --port 18181 > "$OUT/serve-$be.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do curl -sf localhost:18181/health > /dev/null && break; sleep 0.2; done
+  curl -s localhost:18181/v1/completions -H 'content-type: application/json' -d "$req" > "$OUT/completion-$be.json"
+  kill "$pid"; wait "$pid"
+done
+python3 - "$OUT" <<'PY' || rc=1
+import json, sys
+t = [json.load(open(f"{sys.argv[1]}/completion-{b}.json"))["choices"][0]["text"] for b in ("cpu", "cuda")]
+print("serve: cpu and cuda completions", "identical" if t[0] == t[1] else "DIFFER", repr(t[1]))
+sys.exit(t[0] != t[1])
+PY
 "$D/ds41rt" bench --model-type v41 --layers "${LAYERS:-16}" --decode-steps 16 --concurrency 1,4,16 \
   --prefill 512,2048 --commit "${COMMIT:-unknown}" --out "$OUT/bench-v41" 2>&1 | tee "$OUT/bench-v41.log" | grep -v '^$' || rc=1
 exit $rc
