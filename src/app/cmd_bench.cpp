@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -185,12 +186,15 @@ int run_bench(const bench_args &a, const std::string &command_line) {
     }
     for (int P : parse_list(a.prefill)) {
         engine::seq_id s = eng.create_sequence();
+        eng.reset_op_times();
         auto p0 = clock::now();
         Status st = eng.step({{s, tokens(P)}}, &out);
         const double sec = secs(clock::now() - p0);
         eng.free_sequence(s);
         if (!st.is_ok()) return fmt::print(stderr, "bench: prefill {}: {}\n", P, st.to_string()), 1;
-        j["prefill"].push_back({{"tokens", P}, {"seconds", sec}, {"tok_s", P / sec}});
+        nlohmann::json sec_ms = nlohmann::json::object();
+        for (auto &t : eng.op_times()) sec_ms[t.name] = t.ms;
+        j["prefill"].push_back({{"tokens", P}, {"seconds", sec}, {"tok_s", P / sec}, {"sections_ms", sec_ms}});
         fmt::print(stderr, "bench: prefill {} tokens: {:.2f} s, {:.0f} tok/s\n", P, sec, P / sec);
     }
 
@@ -217,9 +221,17 @@ int run_bench(const bench_args &a, const std::string &command_line) {
                               100 * double(s["share"]));
     }
     if (j.contains("prefill")) {
-        md << "\n| prefill tokens | seconds | tok/s |\n|---|---|---|\n";
-        for (auto &p : j["prefill"])
-            md << fmt::format("| {} | {:.2f} | {:.0f} |\n", int(p["tokens"]), double(p["seconds"]), double(p["tok_s"]));
+        md << "\n| prefill tokens | seconds | tok/s | largest sections (ms) |\n|---|---|---|---|\n";
+        for (auto &p : j["prefill"]) {
+            std::vector<std::pair<double, std::string>> v;
+            for (auto &[k, ms] : p["sections_ms"].items()) v.push_back({double(ms), k});
+            std::sort(v.rbegin(), v.rend());
+            std::string top;
+            for (size_t i = 0; i < std::min<size_t>(4, v.size()); i++)
+                top += fmt::format("{}{} {:.0f}", i ? ", " : "", v[i].second, v[i].first);
+            md << fmt::format("| {} | {:.2f} | {:.0f} | {} |\n", int(p["tokens"]), double(p["seconds"]),
+                              double(p["tok_s"]), top);
+        }
     }
     fmt::print(stderr, "bench: wrote {}/bench.json and bench.md\n", a.out);
     return 0;

@@ -114,6 +114,35 @@ struct mixes_dev {
     dtemp pre, post, comb;
 };
 
+// Page-locked host memory that device-to-host copies can land in asynchronously, and the event
+// that says they have.
+struct pinned_buffer {
+    void *p = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t ready = nullptr;
+    pinned_buffer() {
+        if (cudaEventCreateWithFlags(&ready, cudaEventDisableTiming) != cudaSuccess) (void)cudaGetLastError();
+    }
+    ~pinned_buffer() {
+        if (p) cudaFreeHost(p);
+        if (ready) cudaEventDestroy(ready);
+    }
+    pinned_buffer(const pinned_buffer &) = delete;
+    pinned_buffer &operator=(const pinned_buffer &) = delete;
+    // Grows to n bytes (after the caller's last use has completed: the engine is one stream).
+    Status reserve(size_t n, void **out) {
+        if (n > bytes) {
+            if (p) cudaFreeHost(p);
+            p = nullptr;
+            bytes = 0;
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMallocHost(&p, n));
+            bytes = n;
+        }
+        *out = p;
+        return Status::ok();
+    }
+};
+
 // The rows of one step: the new tokens of several sequences, concatenated. Row-wise ops (the
 // linears, norms, mHC, RoPE, attention, MoE) run over all rows at once; the steps that read or
 // write a sequence's own state (Engram history, compressor, indexer, window ring) walk the
@@ -589,15 +618,27 @@ private:
     }
 
     // ---- MoE (spec 4.10) ----
+    // The router's logits go to the host through pinned memory while the shared expert runs, so
+    // the GPU has that work while the host waits for the logits and plans the routing.
     Status moe(const layer_dev &L, const float *x, int64_t S, float *out) const {
         const int64_t D = c_.dim, E = c_.n_routed_experts, K = c_.n_activated_experts;
-        begin("moe.router");
+        begin("moe.router+shared");
         dtemp logits = m_->temp_f32(S * E);
         DS41RT_RETURN_IF_ERROR(m_->run_linear(L.gate_w, x, logits.f(), S, lin::F32));
-        Status s;
-        std::vector<float> lh = download(logits.f(), S * E, &s);
-        DS41RT_RETURN_IF_ERROR(s);
-        const backend::cpu::route_table rt = v41::route(c_, lh.data(), L.gate_bias.f(), S);
+        float *lh = nullptr;
+        DS41RT_RETURN_IF_ERROR(pinned_.reserve(size_t(S * E) * sizeof(float), reinterpret_cast<void **>(&lh)));
+        DS41RT_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(lh, logits.f(), size_t(S * E) * sizeof(float), cudaMemcpyDeviceToHost, st()));
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaEventRecord(pinned_.ready, st()));
+
+        const int64_t I = L.sw1.N;
+        dtemp g = m_->temp_f32(S * I), u = m_->temp_f32(S * I), sh = m_->temp_f32(S * D);
+        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.sw1, x, g.f()}, {&L.sw3, x, u.f()}}, S, lin::FP8));
+        DS41RT_RETURN_IF_ERROR(cuda::swiglu_rows(g.f(), u.f(), nullptr, g.f(), S, I, c_.swiglu_limit, official_, st()));
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.sw2, g.f(), sh.f(), S, lin::FP8));
+
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(pinned_.ready));
+        const backend::cpu::route_table rt = v41::route(c_, lh, L.gate_bias.f(), S);
         end();
         begin("moe.routed");
 
@@ -619,15 +660,7 @@ private:
             DS41RT_RETURN_IF_ERROR(cuda::reset_moe_workspace(plan.value(), ws.as<void>(), st()));
             DS41RT_RETURN_IF_ERROR(cuda::run_moe_decode(plan.value(), ws.as<void>(), st()));
         }
-
-        end();
-        // The shared expert, then one rounding of the sum.
-        begin("moe.shared");
-        const int64_t I = L.sw1.N;
-        dtemp g = m_->temp_f32(S * I), u = m_->temp_f32(S * I), sh = m_->temp_f32(S * D);
-        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.sw1, x, g.f()}, {&L.sw3, x, u.f()}}, S, lin::FP8));
-        DS41RT_RETURN_IF_ERROR(cuda::swiglu_rows(g.f(), u.f(), nullptr, g.f(), S, I, c_.swiglu_limit, official_, st()));
-        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.sw2, g.f(), sh.f(), S, lin::FP8));
+        // The routed sum plus the shared expert, one rounding.
         DS41RT_RETURN_IF_ERROR(cuda::add_rows(acc.f(), sh.f(), out, S * D, official_, st()));
         end();
         return Status::ok();
@@ -754,6 +787,7 @@ private:
     int n_pairs_ = 0;
     std::vector<layer_dev> layers_;
     mutable section_timer prof_;
+    mutable pinned_buffer pinned_;
 };
 
 }  // namespace
