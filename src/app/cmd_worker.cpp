@@ -24,6 +24,7 @@ struct worker_args {
     std::string plan;
     int rank = 0;
     std::string listen;
+    int device = -1;
 };
 
 std::atomic<bool> g_stop{false};
@@ -47,7 +48,7 @@ int run_worker(const worker_args &a) {
         return 1;
     }
     const std::string listen = a.listen.empty() ? plan->workers[size_t(a.rank)].endpoint : a.listen;
-    auto w = dist::expert_worker::load(a.model, *plan, a.rank);
+    auto w = dist::expert_worker::load(a.model, *plan, a.rank, a.device);
     if (!w) {
         spdlog::error("worker: {}", w.status().to_string());
         return 1;
@@ -81,6 +82,8 @@ void register_worker(CLI::App &app, command_list &cmds) {
     sub->add_option("--plan", args->plan, "plan.json (the coordinator's; versions are compared)")->required();
     sub->add_option("--rank", args->rank, "this worker's index in the plan's workers")->required();
     sub->add_option("--listen", args->listen, "host:port to listen on (default: the plan's endpoint for --rank)");
+    sub->add_option("--device", args->device, "GPU to hold the slices on (MXFP4 checkpoints; -1: the CPU backend)")
+        ->check(CLI::Range(-1, 1023));
     cmds.push_back({sub, [args] { return run_worker(*args); }});
 }
 

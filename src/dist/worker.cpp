@@ -9,6 +9,9 @@
 #include "dist/expert_bytes.h"
 #include "model/expert_slice.h"
 #include "model/weights.h"
+#ifdef DS41RT_HAVE_CUDA
+#include "dist/cuda/gpu_experts.h"
+#endif
 
 namespace ds41rt::dist {
 
@@ -31,7 +34,10 @@ std::string layer_list(const std::vector<int> &ls) {
 
 }  // namespace
 
-Result<std::unique_ptr<expert_worker>> expert_worker::load(const std::string &model_dir, const Plan &plan, int rank) {
+expert_worker::~expert_worker() = default;
+
+Result<std::unique_ptr<expert_worker>> expert_worker::load(const std::string &model_dir, const Plan &plan, int rank,
+                                                           int device) {
     DS41RT_RETURN_IF_ERROR(validate(plan));
     if (rank < 0 || rank >= int(plan.workers.size()))
         return Status::invalid_argument("worker: --rank " + std::to_string(rank) + " is not a worker of the plan (" +
@@ -70,8 +76,33 @@ Result<std::unique_ptr<expert_worker>> expert_worker::load(const std::string &mo
         auto sl = tp_slice(c.moe_inter_dim, ls.tp, ls.tp_rank, align);
         if (!sl) return Status(sl.status().code(), "worker: layer " + std::to_string(lp.layer) + ": " + sl.status().message());
         ls.slice = *sl;
-        ls.experts.resize(size_t(c.n_routed_experts));
         const std::string p = "layers." + std::to_string(lp.layer) + ".ffn.experts.";
+        if (device >= 0) {
+#ifdef DS41RT_HAVE_CUDA
+            if (!wk->gpu_) {
+                auto g = gpu_experts::make(device);
+                if (!g) return Status(g.status().code(), "worker: GPU " + std::to_string(device) + ": " + g.status().message());
+                wk->gpu_ = std::move(g.value());
+            }
+            std::vector<std::array<model::mxfp4_slice, 3>> slices(size_t(c.n_routed_experts));
+            for (int e = 0; e < c.n_routed_experts; e++) {
+                const std::string ep = p + std::to_string(e) + ".";
+                const std::pair<const char *, model::slice_axis> parts[] = {
+                    {"w1.weight", model::slice_axis::OUT}, {"w2.weight", model::slice_axis::IN}, {"w3.weight", model::slice_axis::OUT}};
+                for (int i = 0; i < 3; i++) {
+                    auto t = model::expert_slice_mxfp4(w, ep + parts[i].first, parts[i].second, ls.slice.begin, ls.slice.end);
+                    if (!t) return Status(t.status().code(), "worker: " + t.status().message());
+                    slices[size_t(e)][size_t(i)] = std::move(t.value());
+                }
+            }
+            DS41RT_RETURN_IF_ERROR(wk->gpu_->add_layer(lp.layer, c.dim, c.swiglu_limit, std::move(slices)));
+            wk->layers_[lp.layer] = std::move(ls);
+            continue;
+#else
+            return Status::not_supported("worker: --device needs a build with CUDA");
+#endif
+        }
+        ls.experts.resize(size_t(c.n_routed_experts));
         // w1 / w3 rows and w2 columns of the slice, cut in the stored format (only the slice is
         // decoded; bit-identical to cutting the decoded tensor, model/expert_slice.h).
         for (int e = 0; e < c.n_routed_experts; e++) {
@@ -135,7 +166,12 @@ frame_bytes expert_worker::answer_request(const frame_bytes &in) {
     Status st;
     {
         std::lock_guard<std::mutex> lk(compute_mutex());
-        st = backend::cpu::routed_expert_sum(nm, ls.experts, req->hidden.data(), rh.dim, req->routes, partial.data());
+#ifdef DS41RT_HAVE_CUDA
+        if (gpu_)
+            st = gpu_->run(int(rh.layer), nm, req->hidden.data(), int64_t(rh.rows), req->routes, partial.data());
+        else
+#endif
+            st = backend::cpu::routed_expert_sum(nm, ls.experts, req->hidden.data(), rh.dim, req->routes, partial.data());
     }
     if (!st) return refuse(st);
     return encode_response(h, partial.data());

@@ -29,11 +29,17 @@
 
 namespace ds41rt::dist {
 
+class gpu_experts;
+
 class expert_worker {
 public:
     // Loads config.json and, for every layer the plan places on worker `rank`, that rank's slice
     // of every routed expert (w1, w3 rows and w2 columns of the intermediate dimension).
-    static Result<std::unique_ptr<expert_worker>> load(const std::string &model_dir, const Plan &plan, int rank);
+    // device >= 0: the slices go to that GPU in their stored MXFP4 form and requests run there
+    // (dist/cuda/gpu_experts; builds with CUDA, official MXFP4 checkpoints); -1: the CPU backend.
+    ~expert_worker();
+    static Result<std::unique_ptr<expert_worker>> load(const std::string &model_dir, const Plan &plan, int rank,
+                                                       int device = -1);
 
     // One frame in, one frame out. close_after: the connection must end after the answer.
     frame_bytes handle(const frame_bytes &in, bool *close_after);
@@ -60,6 +66,7 @@ private:
     uint64_t version_ = 0;
     int rank_ = 0;
     std::map<int, layer_slice> layers_;
+    std::unique_ptr<gpu_experts> gpu_;  // set when the slices live on a GPU
 };
 
 }  // namespace ds41rt::dist

@@ -130,4 +130,42 @@ Result<Tensor> expert_slice_f32(const weights &w, const std::string &name, slice
     return cut(*t, axis, begin, end);
 }
 
+Result<mxfp4_slice> expert_slice_mxfp4(const weights &w, const std::string &name, slice_axis axis, int64_t begin,
+                                       int64_t end) {
+    const catalog_entry *e = w.entry(name);
+    if (!e) return Status::not_found("tensor " + name + ": not in the catalog");
+    Result<storage_format> f = w.format(name);
+    if (!f) return f.status();
+    if (*f != storage_format::MXFP4) return Status::not_supported("tensor " + name + ": not stored as MXFP4");
+    const int64_t out = e->shape[0], in = e->shape[1];
+    const int64_t extent = axis == slice_axis::OUT ? out : in;
+    if (begin < 0 || end > extent || begin >= end || begin % 32 != 0 || (end % 32 != 0 && end != extent))
+        return Status::invalid_argument(fmt::format("tensor {}: TP slice [{}, {}) is not whole 32-channel blocks of {} ({})",
+                                                    name, begin, end, extent, block_reason(*f)));
+    const std::string base = name.substr(0, name.size() - std::string("weight").size());
+    Result<Tensor> codes = w.raw(name), scales = w.raw(base + "scale");
+    if (!codes) return codes.status();
+    if (!scales) return scales.status();
+    const uint8_t *c = codes->data<uint8_t>(), *sc = scales->data<uint8_t>();
+    const int64_t cb = in / 2, sb = (in + 31) / 32;
+    mxfp4_slice s;
+    if (axis == slice_axis::OUT) {
+        s.out = end - begin;
+        s.in = in;
+        s.codes.assign(c + begin * cb, c + end * cb);
+        s.scales.assign(sc + begin * sb, sc + end * sb);
+        return s;
+    }
+    s.out = out;
+    s.in = end - begin;
+    const int64_t scb = s.in / 2, ssb = (s.in + 31) / 32;
+    s.codes.resize(size_t(out * scb));
+    s.scales.resize(size_t(out * ssb));
+    for (int64_t r = 0; r < out; r++) {
+        std::copy(c + r * cb + begin / 2, c + r * cb + begin / 2 + scb, s.codes.data() + r * scb);
+        std::copy(sc + r * sb + begin / 32, sc + r * sb + begin / 32 + ssb, s.scales.data() + r * ssb);
+    }
+    return s;
+}
+
 }  // namespace ds41rt::model

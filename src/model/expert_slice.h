@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "core/tensor.h"
@@ -24,5 +25,15 @@ namespace ds41rt::model {
 enum class slice_axis { OUT, IN };
 
 Result<Tensor> expert_slice_f32(const weights &w, const std::string &name, slice_axis axis, int64_t begin, int64_t end);
+
+// The same cut of an MXFP4 expert in its stored form, for kernels that read MXFP4 (a GPU
+// worker): codes [out, in / 2] (low nibble = even input) and E8M0 scales [out, in / 32] of the
+// slice, contiguous. NOT_SUPPORTED for a tensor stored otherwise.
+struct mxfp4_slice {
+    std::vector<uint8_t> codes, scales;
+    int64_t out = 0, in = 0;
+};
+Result<mxfp4_slice> expert_slice_mxfp4(const weights &w, const std::string &name, slice_axis axis, int64_t begin,
+                                       int64_t end);
 
 }  // namespace ds41rt::model

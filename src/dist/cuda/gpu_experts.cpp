@@ -1,0 +1,123 @@
+#include "dist/cuda/gpu_experts.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_status.h"
+#include "backend/cuda/device_info.h"
+#include "backend/cuda/moe_decode.cuh"
+
+namespace ds41rt::dist {
+
+namespace cuda = backend::cuda;
+
+struct gpu_experts::impl {
+    cuda::device_info dev;
+    cudaStream_t stream = nullptr;
+    std::vector<void *> blocks;
+    std::map<int, cuda::moe_layer> layers;
+    // Per-request device buffers, grown on demand.
+    void *x = nullptr, *out = nullptr, *buf = nullptr, *ws = nullptr;
+    size_t x_bytes = 0, out_bytes = 0, buf_bytes = 0, ws_bytes = 0;
+
+    Status grow(void **p, size_t *have, size_t need) {
+        if (need <= *have) return Status::ok();
+        cudaFree(*p);
+        *p = nullptr;
+        *have = 0;
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(p, need));
+        *have = need;
+        return Status::ok();
+    }
+};
+
+Result<std::unique_ptr<gpu_experts>> gpu_experts::make(int device) {
+    auto dev = cuda::query_device(device);
+    if (!dev) return dev.status();
+    std::unique_ptr<gpu_experts> g(new gpu_experts());
+    g->p_ = std::make_unique<impl>();
+    g->p_->dev = dev.value();
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&g->p_->stream, cudaStreamNonBlocking));
+    return g;
+}
+
+gpu_experts::~gpu_experts() {
+    if (!p_) return;
+    if (p_->stream) cudaStreamSynchronize(p_->stream);
+    for (void *b : p_->blocks) cudaFree(b);
+    for (void *b : {p_->x, p_->out, p_->buf, p_->ws}) cudaFree(b);
+    if (p_->stream) cudaStreamDestroy(p_->stream);
+}
+
+Status gpu_experts::add_layer(int layer, int64_t D, float swiglu_limit,
+                              std::vector<std::array<model::mxfp4_slice, 3>> experts) {
+    cuda::moe_layer L;
+    L.D = int(D);
+    L.swiglu_limit = swiglu_limit;
+    for (auto &e : experts) {
+        const uint8_t *dev[6];
+        for (int i = 0; i < 3; i++) {
+            for (int j = 0; j < 2; j++) {
+                const std::vector<uint8_t> &h = j == 0 ? e[size_t(i)].codes : e[size_t(i)].scales;
+                void *p = nullptr;
+                DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, std::max<size_t>(h.size(), 16)));
+                p_->blocks.push_back(p);
+                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy(p, h.data(), h.size(), cudaMemcpyHostToDevice));
+                bytes_ += h.size();
+                dev[i * 2 + j] = static_cast<const uint8_t *>(p);
+            }
+        }
+        L.I = int(e[0].out);
+        // moe_expert holds w1, w3, w2 in that order.
+        L.experts.push_back({dev[0], dev[1], dev[4], dev[5], dev[2], dev[3]});
+    }
+    p_->layers[layer] = std::move(L);
+    return Status::ok();
+}
+
+Status gpu_experts::run(int layer, const backend::cpu::expert_numerics &nm, const float *hidden, int64_t rows,
+                        const backend::cpu::route_table &rt, float *partial) {
+    auto it = p_->layers.find(layer);
+    if (it == p_->layers.end()) return Status::not_found("layer " + std::to_string(layer) + " is not on this GPU");
+    cuda::moe_layer L = it->second;
+    L.act_block = nm.official ? int(nm.act_block) : 0;
+    L.weight_after_w2 = nm.weight_after_w2;
+    const int64_t D = L.D;
+    impl &p = *p_;
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(p.dev.device));
+    DS41RT_RETURN_IF_ERROR(p.grow(&p.x, &p.x_bytes, size_t(rows * D) * sizeof(float)));
+    DS41RT_RETURN_IF_ERROR(p.grow(&p.out, &p.out_bytes, size_t(rows * D) * sizeof(float)));
+    DS41RT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(p.x, hidden, size_t(rows * D) * sizeof(float), cudaMemcpyHostToDevice, p.stream));
+    float *x = static_cast<float *>(p.x), *out = static_cast<float *>(p.out);
+    // 16 rows a launch (the decode kernels' limit); a row's routes as the table gives them (the
+    // kernels combine them in increasing expert id, as routed_expert_sum does).
+    for (int64_t r0 = 0; r0 < rows; r0 += cuda::MOE_MAX_ROWS) {
+        const int B = int(std::min<int64_t>(cuda::MOE_MAX_ROWS, rows - r0));
+        std::vector<cuda::moe_route> routes;
+        int K = -1;
+        for (int64_t r = r0; r < r0 + B; r++) {
+            const int k = int(rt.offsets[size_t(r) + 1] - rt.offsets[size_t(r)]);
+            if (K >= 0 && k != K) return Status::not_supported("rows with different route counts in one request");
+            K = k;
+            for (uint32_t i = rt.offsets[size_t(r)]; i < rt.offsets[size_t(r) + 1]; i++)
+                routes.push_back({rt.routes[i].expert, rt.routes[i].weight});
+        }
+        const int R = int(routes.size());
+        DS41RT_RETURN_IF_ERROR(p.grow(&p.buf, &p.buf_bytes, cuda::moe_buffer_bytes(int(D), L.I, R)));
+        const cuda::moe_buffers buf = cuda::moe_buffers_at(p.buf, int(D), L.I, R);
+        auto plan = cuda::plan_moe_decode(p.dev, L, buf, x + r0 * D, out + r0 * D, routes, B, K);
+        if (!plan) return plan.status();
+        DS41RT_RETURN_IF_ERROR(p.grow(&p.ws, &p.ws_bytes, plan->workspace_bytes));
+        DS41RT_RETURN_IF_ERROR(cuda::reset_moe_workspace(plan.value(), p.ws, p.stream));
+        DS41RT_RETURN_IF_ERROR(cuda::run_moe_decode(plan.value(), p.ws, p.stream));
+    }
+    DS41RT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(partial, out, size_t(rows * D) * sizeof(float), cudaMemcpyDeviceToHost, p.stream));
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(p.stream));
+    return Status::ok();
+}
+
+}  // namespace ds41rt::dist

@@ -1,0 +1,46 @@
+// An expert worker's TP slices on a GPU: the routed experts of its layers in MXFP4 as the
+// checkpoint stores them (each rank's rows of w1 / w3 and columns of w2, cut in the stored form),
+// run through the MoE decode kernels (backend/cuda/moe_decode) for each request.
+//
+// What crosses this boundary: slices in at load; per request host rows and routes in, the FP32
+// partial rows out, with the rounding points of backend/cpu routed_expert_sum, so a GPU worker
+// answers what a CPU worker answers up to fp32 summation order.
+//
+// Threads: one request at a time (the worker serialises its arithmetic).
+#pragma once
+
+#include <array>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "backend/cpu/routed.h"
+#include "backend/cpu/swiglu.h"
+#include "core/status.h"
+#include "model/expert_slice.h"
+
+namespace ds41rt::dist {
+
+class gpu_experts {
+public:
+    static Result<std::unique_ptr<gpu_experts>> make(int device);
+    ~gpu_experts();
+    gpu_experts(const gpu_experts &) = delete;
+    gpu_experts &operator=(const gpu_experts &) = delete;
+
+    // One layer's slices, by expert id: {w1, w2, w3} each, w1 / w3 [I, D], w2 [D, I].
+    Status add_layer(int layer, int64_t D, float swiglu_limit, std::vector<std::array<model::mxfp4_slice, 3>> experts);
+    // partial[rows, D] = this slice's routed-expert sum of hidden[rows, D]. NOT_FOUND for a layer
+    // not held.
+    Status run(int layer, const backend::cpu::expert_numerics &nm, const float *hidden, int64_t rows,
+               const backend::cpu::route_table &rt, float *partial);
+    size_t device_bytes() const { return bytes_; }
+
+private:
+    struct impl;
+    gpu_experts() = default;
+    std::unique_ptr<impl> p_;
+    size_t bytes_ = 0;
+};
+
+}  // namespace ds41rt::dist
