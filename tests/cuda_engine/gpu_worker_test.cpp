@@ -4,8 +4,8 @@
 //  - one request to every rank, GPU partial rows against CPU partial rows: TRANSFORMERS within
 //    1e-5 of the largest |partial| (the GPU's GEMV takes x as fp16 hi + lo and sums in fp32, the
 //    CPU sums in fp64: ~1e-6); OFFICIAL printed (bf16 rounding points amplify order effects);
-//  - a coordinator (CPU engine) with two GPU workers over TCP at TP2: logits within 1e-5 of the
-//    single-process CPU engine's, the same greedy tokens.
+//  - a coordinator with two GPU workers over TCP at TP2 (the CPU engine, then the GPU engine as
+//    coordinator): logits within 1e-5 of the same engine alone, the same greedy tokens.
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -146,8 +146,9 @@ TEST_F(GpuWorker, CoordinatorWithTwoGpuWorkersMatchesSingleProcess) {
             EXPECT_TRUE(st) << st.to_string();
         });
     }
-    auto run = [&](const dist::Plan *p, std::vector<float> *all, std::vector<int32_t> *greedy) {
+    auto run = [&](const dist::Plan *p, engine::backend_kind be, std::vector<float> *all, std::vector<int32_t> *greedy) {
         engine::engine_options o;
+        o.backend = be;
         if (p) o.remote = experts::layout_from_plan(*p, 5000, 1000);
         auto e = engine::engine::open(dir_.string(), o);
         ASSERT_TRUE(e) << e.status().to_string();
@@ -165,18 +166,25 @@ TEST_F(GpuWorker, CoordinatorWithTwoGpuWorkersMatchesSingleProcess) {
             greedy->push_back(tokens[0]);
         }
     };
-    std::vector<float> a, b;
-    std::vector<int32_t> ga, gb;
-    run(nullptr, &a, &ga);
-    run(&plan, &b, &gb);
+    // The CPU engine and the GPU engine as coordinators, each against its own single-process run.
+    const engine::backend_kind kinds[] = {engine::backend_kind::CPU, engine::backend_kind::CUDA};
+    std::vector<float> a[2], b[2];
+    std::vector<int32_t> ga[2], gb[2];
+    for (int k = 0; k < 2; k++) {
+        run(nullptr, kinds[k], &a[k], &ga[k]);
+        run(&plan, kinds[k], &b[k], &gb[k]);
+    }
     stop = true;
     for (auto &t : threads) t.join();
-    ASSERT_EQ(a.size(), b.size());
-    const double e = rel_max(a, b);
-    std::printf("[ gpu worker ] coordinator + 2 GPU workers at TP2: max |dlogit| / max |logit| = %.3g over %zu logits\n",
-                e, a.size());
-    EXPECT_LE(e, 1e-5);
-    EXPECT_EQ(ga, gb);
+    for (int k = 0; k < 2; k++) {
+        ASSERT_EQ(a[k].size(), b[k].size());
+        const double e = rel_max(a[k], b[k]);
+        std::printf("[ gpu worker ] %s coordinator + 2 GPU workers at TP2 vs the %s engine alone: max |dlogit| / max "
+                    "|logit| = %.3g over %zu logits\n",
+                    k ? "GPU" : "CPU", k ? "GPU" : "CPU", e, a[k].size());
+        EXPECT_LE(e, 1e-5);
+        EXPECT_EQ(ga[k], gb[k]);
+    }
 }
 
 }  // namespace

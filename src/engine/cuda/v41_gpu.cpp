@@ -44,6 +44,7 @@
 #include "engine/engram_hash.h"
 #include "engine/rope.h"
 #include "engine/v41_steps.h"
+#include "experts/remote.h"
 
 namespace ds41rt::engine::gpu {
 
@@ -75,7 +76,8 @@ struct layer_dev {
     dlinear gate_w;
     Tensor gate_bias;  // host: the router runs in v41_steps
     dlinear sw1, sw2, sw3;
-    cuda::moe_layer moe;
+    cuda::moe_layer moe;  // no experts when the layer is remote
+    bool remote = false;
 };
 
 // ---- sequence state on the device ------------------------------------------------------------
@@ -156,9 +158,12 @@ struct step_rows {
 
 class v41_gpu final : public cpu_engine<seq_dev> {
 public:
-    v41_gpu(std::unique_ptr<device_model> m, engram_hasher h, bool has_engram, bool profile)
+    v41_gpu(std::unique_ptr<device_model> m, engram_hasher h, bool has_engram, bool profile,
+            const experts::remote_layout &remote)
         : m_(std::move(m)), c_(m_->config()), hasher_(std::move(h)), has_engram_(has_engram),
-          official_(m_->official()), prof_(profile) {}
+          official_(m_->official()), layout_(remote), prof_(profile) {
+        if (layout_.any_remote()) remote_ = std::make_unique<experts::remote_experts>(layout_, c_.dim);
+    }
     // The sequences' device state is freed on the model's stream, which must outlive it.
     ~v41_gpu() override { clear_sequences(); }
 
@@ -236,8 +241,9 @@ public:
             L.moe.I = c_.moe_inter_dim;
             L.moe.act_block = official_ ? c_.fp8_block_in : 0;
             L.moe.swiglu_limit = c_.swiglu_limit;
-            L.moe.experts.resize(size_t(c_.n_routed_experts));
-            for (int e = 0; e < c_.n_routed_experts; e++) {
+            L.remote = size_t(l) < layout_.layer_ranks.size() && !layout_.layer_ranks[size_t(l)].empty();
+            if (!L.remote) L.moe.experts.resize(size_t(c_.n_routed_experts));
+            for (int e = 0; e < c_.n_routed_experts && !L.remote; e++) {
                 const std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
                 dlinear w1, w2, w3;
                 DS41RT_RETURN_IF_ERROR(lin_(ep + "w1.weight", &w1));
@@ -618,9 +624,39 @@ private:
     }
 
     // ---- MoE (spec 4.10) ----
+    // A layer on expert workers (experts/remote over TCP): the rows come to the host, every TP rank
+    // gets the same request, and the shared expert runs on the GPU while they work; their partials
+    // (added in FP32 in rank order) come back as the routed sum. logits_host: the router's logits,
+    // ready once pinned_.ready has fired.
+    Status moe_remote(const layer_dev &L, int layer, const float *x, int64_t S, const float *logits_host,
+                      float *out) const {
+        const int64_t D = c_.dim;
+        std::vector<float> xh(static_cast<size_t>(S * D)), acc(static_cast<size_t>(S * D));
+        DS41RT_RETURN_IF_ERROR(m_->to_host(xh.data(), x, xh.size() * sizeof(float)));  // also waits for the logits
+        const backend::cpu::route_table rt = v41::route(c_, logits_host, L.gate_bias.f(), S);
+        backend::cpu::expert_numerics nm;
+        nm.official = official_;
+        nm.act_block = c_.fp8_block_in;
+        nm.kind = lin::FP4;
+        nm.swiglu_limit = c_.swiglu_limit;
+        DS41RT_RETURN_IF_ERROR(remote_->start(layer, nm, xh.data(), rt));
+        const int64_t I = L.sw1.N;
+        dtemp g = m_->temp_f32(S * I), u = m_->temp_f32(S * I), sh = m_->temp_f32(S * D), accd = m_->temp_f32(S * D);
+        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.sw1, x, g.f()}, {&L.sw3, x, u.f()}}, S, lin::FP8));
+        DS41RT_RETURN_IF_ERROR(cuda::swiglu_rows(g.f(), u.f(), nullptr, g.f(), S, I, c_.swiglu_limit, official_, st()));
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.sw2, g.f(), sh.f(), S, lin::FP8));
+        DS41RT_RETURN_IF_ERROR(remote_->finish(acc.data()));
+        end();
+        begin("moe.remote-combine");
+        DS41RT_RETURN_IF_ERROR(m_->to_device(accd.f(), acc.data(), acc.size() * sizeof(float)));
+        DS41RT_RETURN_IF_ERROR(cuda::add_rows(accd.f(), sh.f(), out, S * D, official_, st()));
+        end();
+        return Status::ok();
+    }
+
     // The router's logits go to the host through pinned memory while the shared expert runs, so
     // the GPU has that work while the host waits for the logits and plans the routing.
-    Status moe(const layer_dev &L, const float *x, int64_t S, float *out) const {
+    Status moe(const layer_dev &L, int layer, const float *x, int64_t S, float *out) const {
         const int64_t D = c_.dim, E = c_.n_routed_experts, K = c_.n_activated_experts;
         begin("moe.router+shared");
         dtemp logits = m_->temp_f32(S * E);
@@ -630,6 +666,7 @@ private:
         DS41RT_CUDA_RETURN_IF_ERROR(
             cudaMemcpyAsync(lh, logits.f(), size_t(S * E) * sizeof(float), cudaMemcpyDeviceToHost, st()));
         DS41RT_CUDA_RETURN_IF_ERROR(cudaEventRecord(pinned_.ready, st()));
+        if (L.remote) return moe_remote(L, layer, x, S, lh, out);
 
         const int64_t I = L.sw1.N;
         dtemp g = m_->temp_f32(S * I), u = m_->temp_f32(S * I), sh = m_->temp_f32(S * D);
@@ -758,7 +795,7 @@ private:
             DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(X.f(), am->pre.f(), S, hc, D, official_, x.f(), st()));
             DS41RT_RETURN_IF_ERROR(norm(x.f(), L.ffn_norm, S, D));
             end();
-            DS41RT_RETURN_IF_ERROR(moe(L, x.f(), S, y.f()));
+            DS41RT_RETURN_IF_ERROR(moe(L, l, x.f(), S, y.f()));
             begin("mhc+norm");
             DS41RT_RETURN_IF_ERROR(cuda::hc_expand(X.f(), y.f(), fm->post.f(), fm->comb.f(), S, hc, D, official_, st()));
             end();
@@ -786,6 +823,8 @@ private:
     const float *norm_ = nullptr, *inv_main_ = nullptr, *inv_compress_ = nullptr;
     int n_pairs_ = 0;
     std::vector<layer_dev> layers_;
+    experts::remote_layout layout_;
+    std::unique_ptr<experts::remote_experts> remote_;  // set when some layers are remote
     mutable section_timer prof_;
     mutable pinned_buffer pinned_;
 };
@@ -794,8 +833,6 @@ private:
 
 Result<std::unique_ptr<engine>> make_v41_gpu_engine(std::unique_ptr<device_model> m, const engram_tables &tables,
                                                     const engine_options &opt) {
-    if (opt.remote.any_remote())
-        return Status::not_supported("the GPU engine runs every expert layer locally (remote layers: CPU engine)");
     const model::model_config &c = m->config();
     engram_hasher h;
     const bool has_engram = !c.engram_layer_ids.empty();
@@ -804,7 +841,7 @@ Result<std::unique_ptr<engine>> make_v41_gpu_engine(std::unique_ptr<device_model
         if (!r) return r.status();
         h = std::move(r.value());
     }
-    auto e = std::make_unique<v41_gpu>(std::move(m), std::move(h), has_engram, opt.profile);
+    auto e = std::make_unique<v41_gpu>(std::move(m), std::move(h), has_engram, opt.profile, opt.remote);
     DS41RT_RETURN_IF_ERROR(e->load());
     return std::unique_ptr<engine>(std::move(e));
 }
