@@ -116,6 +116,17 @@ Result<std::unique_ptr<expert_worker>> expert_worker::load(const std::string &mo
                 if (!t) return Status(t.status().code(), "worker: " + t.status().message());
                 *dst[i] = std::move(t.value());
             }
+            if (c.routed_quant == model::expert_quant::NVFP4) {
+                // The activation scales are per tensor: every rank quantizes its rows as the
+                // whole expert does, and a 16-aligned slice of h is whole quantization blocks.
+                float *sc[] = {&x.w13_input_scale, &x.w2_input_scale};
+                const char *names[] = {"w1.input_scale", "w2.input_scale"};
+                for (int i = 0; i < 2; i++) {
+                    auto t = w.f32(ep + names[i]);
+                    if (!t) return Status(t.status().code(), "worker: " + t.status().message());
+                    *sc[i] = t->f()[0];
+                }
+            }
         }
         wk->layers_[lp.layer] = std::move(ls);
     }

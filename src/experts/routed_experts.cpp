@@ -4,6 +4,18 @@
 
 namespace ds41rt::experts {
 
+Status nvfp4_input_scales(const weight_fn &src, const std::string &expert_prefix, backend::cpu::expert_weights *w) {
+    float *dst[] = {&w->w13_input_scale, &w->w2_input_scale};
+    const char *names[] = {"w1.input_scale", "w2.input_scale"};
+    for (int i = 0; i < 2; i++) {
+        auto t = src(expert_prefix + names[i]);
+        if (!t) return t.status();
+        if (t->numel() != 1) return Status::corruption(expert_prefix + names[i] + ": not a scalar");
+        *dst[i] = t->f()[0];
+    }
+    return Status::ok();
+}
+
 bool remote_layout::any_remote() const {
     for (const auto &r : layer_ranks)
         if (!r.empty()) return true;
@@ -35,6 +47,8 @@ public:
                     if (!r) return r.status();
                     *t = std::move(r.value());
                 }
+                if (c.routed_quant == model::expert_quant::NVFP4)
+                    DS41RT_RETURN_IF_ERROR(nvfp4_input_scales(src, ep, &experts[size_t(e)]));
             }
         }
         return Status::ok();

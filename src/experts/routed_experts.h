@@ -59,6 +59,10 @@ public:
 
 using weight_fn = std::function<Result<Tensor>(const std::string &name)>;
 
+// An NVFP4 expert's activation scales (its "<prefix>w1.input_scale", shared with w3, and
+// "<prefix>w2.input_scale") into w, which then runs the publication's W4A4 numerics.
+Status nvfp4_input_scales(const weight_fn &src, const std::string &expert_prefix, backend::cpu::expert_weights *w);
+
 // Loads the local layers' experts from src ("layers.L.ffn.experts.E.w{1,2,3}.weight") and
 // prepares (does not yet open) the connections of the remote ones. An empty layout: all local.
 Result<std::unique_ptr<routed_experts>> open(const model::model_config &c, const weight_fn &src,

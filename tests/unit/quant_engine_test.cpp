@@ -4,12 +4,16 @@
 // deepseek-v41-flash-noqat-quant (MXFP4: E2M1 codes, one power-of-two E8M0 scale per 32) are
 // re-expressed losslessly in the NVFP4 layout of the V4.1 publication: the same code bytes as U8,
 // each power-of-two scale written as an exact E4M3 power of two per 16 inputs times a per-tensor
-// power-of-two weight_scale_2. Every dequantized weight is therefore bit-identical, and the
-// engine must reproduce the fixture's expected logits (transformers on those weights) exactly as
-// it does from the MXFP4 original: same logits bit for bit, greedy tokens, 1e-4 to transformers.
-// (input_scale is not read by the dequantize-on-load CPU reference; W4A4 is judged in
-// quant_fixture_test against ModelOpt.)
-//
+// power-of-two weight_scale_2, so every dequantized weight is bit-identical. The engine runs NVFP4
+// experts in the publication's W4A4 numerics (activations quantized per 16 with input_scale,
+// backend/cpu nvfp4_w4a4_expert; the layer itself is judged against ModelOpt in
+// quant_fixture_test), so the logits now differ from the MXFP4 original by exactly that
+// activation quantization (E2M1 activations move a tiny untrained model's logits by ~70%, as
+// OFFICIAL's FP8 ones move them by tens of percent): the distance is printed, and what is
+// asserted is what W4A4 must keep:
+// finite logits, a measurable difference from the unquantized-activation run (the W4A4 path is
+// really taken), and the cache state position-exact (prefill = teacher-forced one-token decode).
+
 // EXL3 has no lossless re-expression of MXFP4, so its end-to-end test shows the wiring only: a
 // synthesized model with random trellis experts (K = 2 MCG, one K = 3 tensor) runs through the
 // engine and gives bit for bit the logits of the same model whose experts are stored as the F32
@@ -112,7 +116,7 @@ void transcode(const fs::path &dir) {
             }
         Tensor ws2(dtype::F32, {}), is(dtype::F32, {});
         ws2.data_mut<float>()[0] = std::ldexp(1.0f, emax - 127 - 8);
-        is.data_mut<float>()[0] = 1.0f / 2688.0f;
+        is.data_mut<float>()[0] = 8.0f / 2688.0f;  // calibrated for |x| <= 8 (x: unit-RMS rows)
         out.emplace_back(n, Tensor(dtype::U8, t.shape(), t.raw(), nullptr));
         out.emplace_back(p + ".weight_scale", ws);
         out.emplace_back(p + ".weight_scale_2", ws2);
@@ -132,7 +136,7 @@ Tensor prefill(const fs::path &dir, const std::vector<int32_t> &prompt) {
     return out.empty() ? Tensor() : out[0];
 }
 
-TEST(quant_engine, nvfp4_experts_reproduce_the_mxfp4_fixture) {
+TEST(quant_engine, nvfp4_experts_run_w4a4_end_to_end) {
     if (!fs::exists(SRC / "expected.safetensors")) GTEST_SKIP() << SRC << " absent";
     static std::atomic<int> n{0};
     const fs::path dir = fs::temp_directory_path() / ("ds41rt_nvfp4_e2e_" + std::to_string(getpid()) + "_" + std::to_string(n++));
@@ -150,30 +154,39 @@ TEST(quant_engine, nvfp4_experts_reproduce_the_mxfp4_fixture) {
     const Tensor a = prefill(SRC, prompt), b = prefill(dir, prompt);
     ASSERT_FALSE(a.empty() || b.empty());
     ASSERT_EQ(a.shape(), b.shape());
-    EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << "NVFP4 experts changed the logits";
-    double num = 0, den = 0;
+    double num = 0, den = 0, dab = 0, da = 0;
     for (int64_t i = 0; i < b.numel(); i++) {
-        num += (double(b.data<float>()[i]) - want.data<float>()[i]) * (double(b.data<float>()[i]) - want.data<float>()[i]);
-        den += double(want.data<float>()[i]) * want.data<float>()[i];
+        const double bv = b.data<float>()[i], av = a.data<float>()[i], wv = want.data<float>()[i];
+        ASSERT_TRUE(std::isfinite(bv)) << "logit " << i;
+        num += (bv - wv) * (bv - wv);
+        den += wv * wv;
+        dab += (bv - av) * (bv - av);
+        da += av * av;
     }
-    std::printf("    NVFP4-expert engine vs transformers: prompt logits rel err %.3g (%lld positions)\n",
-                std::sqrt(num / den), (long long)b.dim(0));
-    EXPECT_LT(std::sqrt(num / den), 1e-4);
+    std::printf("    NVFP4-expert engine (W4A4) vs transformers on the unquantized activations: prompt logits rel err %.3g; vs "
+                "the MXFP4 original %.3g (%lld positions)\n",
+                std::sqrt(num / den), std::sqrt(dab / da), (long long)b.dim(0));
+    EXPECT_GT(std::sqrt(dab / da), 1e-6) << "the NVFP4 experts did not quantize their activations";
 
-    // Greedy continuation from the NVFP4 model equals the fixture's.
+    // Teacher-forced one-token decode of the prompt reproduces the prefill.
     auto e = engine::engine::open(dir.string());
     ASSERT_TRUE(e.is_ok());
-    const Tensor gen = *(*ef)->get("gen.ids");
     engine::seq_id s = (*e)->create_sequence();
     std::vector<Tensor> out;
-    ASSERT_TRUE((*e)->step({{s, prompt}}, &out).is_ok());
-    const int64_t V = out[0].dim(1);
-    for (int64_t i = 0; i < gen.numel(); i++) {
-        const float *row = out[0].data<float>() + (out[0].dim(0) - 1) * V;
-        const int64_t best = std::max_element(row, row + V) - row;
-        ASSERT_EQ(best, gen.data<int64_t>()[i]) << "greedy step " << i;
-        ASSERT_TRUE((*e)->step({{s, {int32_t(best)}}}, &out).is_ok());
+    const int64_t V = b.dim(1);
+    double worst = 0;
+    for (size_t t = 0; t < prompt.size(); t++) {
+        ASSERT_TRUE((*e)->step({{s, {prompt[t]}}}, &out).is_ok());
+        double n2 = 0, d2 = 0;
+        for (int64_t i = 0; i < V; i++) {
+            const double g = out[0].data<float>()[i], w = b.data<float>()[int64_t(t) * V + i];
+            n2 += (g - w) * (g - w);
+            d2 += w * w;
+        }
+        worst = std::max(worst, std::sqrt(n2 / d2));
     }
+    std::printf("    NVFP4-expert engine: teacher-forced decode vs prefill max rel err %.3g\n", worst);
+    EXPECT_LE(worst, 1e-5);
     fs::remove_all(dir);
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/swiglu.h"
 #include "core/dtype.h"
 
 namespace ds41rt::backend::cpu {
@@ -81,6 +82,31 @@ void nvfp4_w4a4_swiglu(const float *x, int64_t m, int64_t dim, int64_t inter, co
         g[i] = round_bf16(round_bf16(silu(gi)) * ui);
     }
     nvfp4_w4a4_linear(g.data(), m, w2, dim, inter, input_scale2, y);
+}
+
+void nvfp4_w4a4_expert(const expert_numerics &nm, const float *w1, const float *w2, const float *w3, int64_t inter,
+                       float input_scale13, float input_scale2, const float *x, int64_t m, int64_t dim,
+                       const float *row_weight, float *y) {
+    std::vector<float> xq(x, x + m * dim), g(size_t(m * inter)), u(size_t(m * inter));
+    nvfp4_fake_quant_act(xq.data(), m, dim, input_scale13, /*out_bf16=*/true);
+    matmul_nt(xq.data(), w1, g.data(), m, inter, dim);
+    matmul_nt(xq.data(), w3, u.data(), m, inter, dim);
+    const float L = nm.swiglu_limit;
+    const bool before = row_weight && !nm.weight_after_w2;
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t i = 0; i < inter; i++) {
+            const size_t k = size_t(r * inter + i);
+            const float gb = round_bf16(g[k]), ub = round_bf16(u[k]);
+            const float gi = L > 0 ? std::min(gb, L) : gb;
+            const float ui = L > 0 ? std::clamp(ub, -L, L) : ub;
+            float v = round_bf16(silu(gi)) * ui;
+            if (before) v = row_weight[r] * v;
+            g[k] = round_bf16(v);
+        }
+    nvfp4_w4a4_linear(g.data(), m, w2, dim, inter, input_scale2, y);
+    if (row_weight && nm.weight_after_w2)
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t d = 0; d < dim; d++) y[r * dim + d] *= row_weight[r];
 }
 
 namespace {

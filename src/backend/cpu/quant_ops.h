@@ -24,6 +24,16 @@ void nvfp4_w4a4_linear(const float *x, int64_t m, const float *w, int64_t n, int
 void nvfp4_w4a4_swiglu(const float *x, int64_t m, int64_t dim, int64_t inter, const float *w1, const float *w3,
                        const float *w2, float input_scale13, float input_scale2, float swiglu_limit, float *y);
 
+// nvfp4_w4a4_swiglu as a routed expert of the engine: the same steps with the route weight of
+// each row (before w2: h = bf16(weight * silu(..) * u), as V4.1 and DeepSeek's reference scale
+// the SwiGLU output, and the GPU's moe_decode; after w2 when nm.weight_after_w2), fp32 output
+// (the routed sum adds it unrounded). Only nm.weight_after_w2 and nm.swiglu_limit are read: the
+// publication's numerics hold in either engine numerics. row_weight may be null.
+struct expert_numerics;
+void nvfp4_w4a4_expert(const expert_numerics &nm, const float *w1, const float *w2, const float *w3, int64_t inter,
+                       float input_scale13, float input_scale2, const float *x, int64_t m, int64_t dim,
+                       const float *row_weight, float *y);
+
 // EXL3 layer forward as exllamav3 factors it (modules/quant/exl3.py):
 // y = ((x . diag(suh)) H) What H . diag(svh), H the normalized Hadamard on 128-blocks of each row.
 // x: [m, in]; what: decoded trellis values [in, out] (model::exl3_decode, as fp32); suh: [in];

@@ -1,5 +1,7 @@
 #include "backend/cpu/routed.h"
 
+#include "backend/cpu/quant_ops.h"
+
 #include <algorithm>
 #include <string>
 
@@ -28,7 +30,11 @@ Status routed_expert_sum(const expert_numerics &nm, const std::vector<expert_wei
             we[size_t(i)] = rows[size_t(i)].second;
         }
         const expert_weights &w = experts[size_t(e)];
-        swiglu_expert(nm, w.w1, w.w2, w.w3, xe.data(), n, D, we.data(), ye.data());
+        if (w.w13_input_scale > 0)
+            nvfp4_w4a4_expert(nm, w.w1.f(), w.w2.f(), w.w3.f(), w.w1.dim(0), w.w13_input_scale, w.w2_input_scale,
+                              xe.data(), n, D, we.data(), ye.data());
+        else
+            swiglu_expert(nm, w.w1, w.w2, w.w3, xe.data(), n, D, we.data(), ye.data());
         for (int64_t i = 0; i < n; i++)
             for (int64_t d = 0; d < D; d++) acc[rows[size_t(i)].first * D + d] += ye[size_t(i * D + d)];
     }

@@ -31,8 +31,11 @@ struct route_table {
 };
 
 // The weights of one expert (or of its TP slice). An expert with empty tensors is not held.
+// NVFP4 experts (ModelOpt W4A4) also carry their activation scales: then the expert runs the
+// publication's numerics (nvfp4_w4a4_expert), whatever the engine's.
 struct expert_weights {
     Tensor w1, w2, w3;  // [I, D], [D, I], [I, D]
+    float w13_input_scale = 0, w2_input_scale = 0;  // > 0: NVFP4 W4A4
 };
 
 // acc[rows, D] = sum over each row's routes of swiglu_expert(expert, x[row]) * weight.

@@ -154,6 +154,22 @@ Status device_model::fill(const model::dummy_tensor &t, int64_t rows, void **w, 
     return Status::ok();
 }
 
+Result<device_model::nvfp4_dev> device_model::nvfp4(const std::string &name) {
+    if (!w_) return Status::not_supported(name + ": dummy weights have no NVFP4 form yet");
+    auto l = w_->nvfp4(name);
+    if (!l) return l.status();
+    nvfp4_dev d;
+    auto c = upload(l->codes, size_t(l->out * l->in / 2));
+    if (!c) return c.status();
+    auto sc = upload(l->scales, size_t(l->out * l->in / 16));
+    if (!sc) return sc.status();
+    d.codes = static_cast<const uint8_t *>(c.value());
+    d.scales = static_cast<const uint8_t *>(sc.value());
+    d.weight_scale_2 = l->weight_scale_2;
+    d.input_scale = l->input_scale;
+    return d;
+}
+
 Result<model::storage_format> device_model::format(const std::string &name) const {
     if (w_) return w_->format(name);
     auto t = dummy(name);

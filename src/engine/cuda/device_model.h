@@ -89,6 +89,13 @@ public:
     Result<dlinear> linear(const std::string &name);
     Result<const float *> vec(const std::string &name);           // any float dtype -> fp32
     Result<const uint16_t *> bf16_table(const std::string &name);  // BF16 as stored (embedding)
+    // An NVFP4 routed-expert linear (checkpoints only): codes and E4M3 scales uploaded as
+    // published, the two per-tensor scalars.
+    struct nvfp4_dev {
+        const uint8_t *codes = nullptr, *scales = nullptr;
+        float weight_scale_2 = 0, input_scale = 0;
+    };
+    Result<nvfp4_dev> nvfp4(const std::string &name);
     Result<model::storage_format> format(const std::string &name) const;
     Result<shape_t> shape(const std::string &name) const;
     Result<Tensor> host_f32(const std::string &name) const;        // small tensors the host reads

@@ -236,12 +236,30 @@ public:
                 DS41RT_RETURN_IF_ERROR(vec_(p + "engram.q_weight", &L.e_q));
                 DS41RT_RETURN_IF_ERROR(vec_(p + "engram.k_weight", &L.e_k));
             }
-            // Routed experts: the MoE decode kernels read MXFP4 (the official storage).
+            // Routed experts through the MoE decode kernels: MXFP4 (the official storage) or NVFP4.
             L.moe.D = int(c_.dim);
             L.moe.I = c_.moe_inter_dim;
             L.moe.act_block = official_ ? c_.fp8_block_in : 0;
             L.moe.swiglu_limit = c_.swiglu_limit;
             L.remote = size_t(l) < layout_.layer_ranks.size() && !layout_.layer_ranks[size_t(l)].empty();
+            if (!L.remote && c_.routed_quant == model::expert_quant::NVFP4) {
+                // NVFP4 (ModelOpt W4A4): the bytes as published, the publication's numerics.
+                L.moe.nvfp4_experts.resize(size_t(c_.n_routed_experts));
+                for (int e = 0; e < c_.n_routed_experts; e++) {
+                    const std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
+                    device_model::nvfp4_dev w[3];
+                    const char *names[] = {"w1.weight", "w2.weight", "w3.weight"};
+                    for (int i = 0; i < 3; i++) {
+                        auto r = m.nvfp4(ep + names[i]);
+                        if (!r) return r.status();
+                        w[i] = r.value();
+                    }
+                    L.moe.nvfp4_experts[size_t(e)] = {w[0].codes, w[0].scales, w[2].codes, w[2].scales, w[1].codes,
+                                                      w[1].scales, w[0].weight_scale_2, w[0].input_scale,
+                                                      w[1].weight_scale_2, w[1].input_scale};
+                }
+                continue;
+            }
             if (!L.remote) L.moe.experts.resize(size_t(c_.n_routed_experts));
             for (int e = 0; e < c_.n_routed_experts && !L.remote; e++) {
                 const std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
