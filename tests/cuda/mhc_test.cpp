@@ -88,12 +88,15 @@ TEST_F(CudaMhc, ProjectIsBitExact) {
         check_project(X, S, FLAT, fn, N_MIX, fold);
         check_project(Xp, S_PREFILL, FLAT, fn, N_MIX, fold);
     }
-    // Ragged: flat % 4 != 0 takes element loads; n_out 7 and S 5 leave padded outputs and tokens.
-    const int64_t rf = 1001, rn = 7, rs = 5;
+    // Ragged: flat % 4 != 0 takes element loads; n_out 7 with S 3 (2 outputs per block) or S 5
+    // (6 per block) leaves padded outputs and tokens.
+    const int64_t rf = 1001, rn = 7;
     Tensor rfn = Tensor::f32({rn, rf});
     const std::vector<float> w = testing_util::random_normal(size_t(rn * rf), 8);
     for (int64_t i = 0; i < rn * rf; i++) rfn.f()[i] = 0.03f * w[size_t(i)];
-    for (bool fold : {true, false}) check_project(testing_util::random_normal(size_t(rs * rf), 9), rs, rf, rfn, rn, fold);
+    for (int64_t rs : {int64_t(3), int64_t(5)})
+        for (bool fold : {true, false})
+            check_project(testing_util::random_normal(size_t(rs * rf), uint32_t(9 + rs)), rs, rf, rfn, rn, fold);
 
     dev_vec<float> dX(X), dfn(std::vector<float>(fn.f(), fn.f() + N_MIX * FLAT)), dm(size_t(S * N_MIX));
     for (int64_t s : {int64_t(1), S})

@@ -19,7 +19,7 @@ constexpr int MAX_HC = 8;
 // hc_project's layout: a cluster of P_CL blocks splits flat into P_CL contiguous ranges; a block
 // takes P_TOK tokens and P_OUT outputs of its range, so X is read n_out / P_OUT times and fn
 // S / P_TOK times (from L2 after the first), and even S = 1 spreads over P_CL * n_out / P_OUT
-// blocks. Every (token, output) dot has one fixed order, set by flat alone (not S, not the tile
+// blocks (96 for V4.1). Every (token, output) dot has one fixed order, set by flat alone (not S, not the tile
 // a token falls in): thread t of rank q sums quads (4 consecutive k) q * ceil(ceil(flat / 4) /
 // P_CL) + t + i * P_THREADS in ascending i, k ascending inside a quad; a warp butterfly (xor
 // 16 .. 1); warps 0..7 in order; ranks 0..7 in order (over DSMEM). All of it in fp64 on exact
@@ -28,8 +28,8 @@ constexpr int MAX_HC = 8;
 constexpr int P_CL = 8;  // the portable cluster size every sm_90 part schedules
 constexpr int P_THREADS = 256;
 constexpr int P_TOK = 4;
-constexpr int P_OUT = 6;
-constexpr int P_NV = P_TOK * (P_OUT + 1);  // per-thread sums: dots [t][j], then sums of squares [t]
+constexpr int P_OUT_WIDE = 6;   // outputs per block: 6 reads X 4 times for V4.1's 24 mixes,
+constexpr int P_OUT_NARROW = 2;  // 2 spreads one tile of tokens (S <= 4) over 3x the blocks
 
 // Sums v[i] over the block into out[i] (shared): butterfly in each warp, then the warps in order.
 template <int NV>
@@ -66,10 +66,11 @@ __device__ __forceinline__ void load_quad(const float *p, int64_t q, int64_t fla
 // times, fn S / P_TOK times); FLOPs 2 * S * flat * (n_out + 1) in fp64 (H200: ~64 fp64 FMAs per
 // SM per clock, so S = 16 is ~1000 clocks of math). A few microseconds at S <= 16: one round of
 // loads per thread, then two cluster barriers.
-template <bool VEC>
+template <bool VEC, int P_OUT>
 __global__ void __cluster_dims__(P_CL, 1, 1) __launch_bounds__(P_THREADS)
     project_kernel(const float *X, int64_t S, int64_t flat, const float *fn, int64_t n_out, float eps,
                    bool fold_after, float *m) {
+    constexpr int P_NV = P_TOK * (P_OUT + 1);  // per-thread sums: dots [t][j], then sums of squares [t]
     __shared__ double warp_part[P_THREADS / 32 * P_NV];
     __shared__ double sums[P_NV];      // this block's totals, read by rank 0 over DSMEM
     __shared__ double ss_sums[P_TOK];  // normalize first: this block's sums of squares, read by all ranks
@@ -239,7 +240,9 @@ Status bad(const char *op, const std::string &why) { return Status::invalid_argu
 
 Status hc_project(const float *X, int64_t S, int64_t flat, const float *fn, int64_t n_out, float eps, bool fold_after,
                   float *m, cudaStream_t stream) {
-    const int64_t tiles = (S + P_TOK - 1) / P_TOK, groups = (n_out + P_OUT - 1) / P_OUT;
+    const int64_t tiles = (S + P_TOK - 1) / P_TOK;
+    const int p_out = tiles == 1 ? P_OUT_NARROW : P_OUT_WIDE;  // the order does not depend on it
+    const int64_t groups = (n_out + p_out - 1) / p_out;
     if (S < 0 || flat <= 0 || n_out <= 0 || tiles > 65535 || groups * P_CL > 0x7fffffff)
         return bad("hc_project", "S " + std::to_string(S) + " (<= " + std::to_string(65535 * P_TOK) + "), flat " +
                                      std::to_string(flat) + ", n_out " + std::to_string(n_out));
@@ -248,8 +251,9 @@ Status hc_project(const float *X, int64_t S, int64_t flat, const float *fn, int6
     const bool vec = flat % 4 == 0 && (reinterpret_cast<uintptr_t>(X) & 15u) == 0 &&
                      (reinterpret_cast<uintptr_t>(fn) & 15u) == 0;
     const dim3 grid{unsigned(groups * P_CL), unsigned(tiles)};
-    if (vec) project_kernel<true><<<grid, P_THREADS, 0, stream>>>(X, S, flat, fn, n_out, eps, fold_after, m);
-    else project_kernel<false><<<grid, P_THREADS, 0, stream>>>(X, S, flat, fn, n_out, eps, fold_after, m);
+    const auto kernel = vec ? (p_out == P_OUT_WIDE ? project_kernel<true, P_OUT_WIDE> : project_kernel<true, P_OUT_NARROW>)
+                            : (p_out == P_OUT_WIDE ? project_kernel<false, P_OUT_WIDE> : project_kernel<false, P_OUT_NARROW>);
+    kernel<<<grid, P_THREADS, 0, stream>>>(X, S, flat, fn, n_out, eps, fold_after, m);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }
