@@ -5,7 +5,8 @@
 //  - hc_project: bit-exact, at S = 1, 16 and a prefill-sized 512, both orders, plus a ragged
 //    flat 1001 / n_out 7 (the element-load path and the padded tiles). Both sides sum exact
 //    fp32 x fp32 products in fp64 and round once; the orders differ, so a mismatch needs an
-//    exact sum within ~2^-29 relative of an fp32 rounding boundary (with these seeds: none). A
+//    exact sum within ~2^-29 relative of an fp32 rounding boundary (a host emulation of the
+//    GPU's order with these seeds, S 16 and 512, both orders: 0 mismatches of 25344). A
 //    mismatch fails the test; the old bound |d| <= 1e-6 |ref| + 1e-6 * the row's max |m| is
 //    still checked so a report shows how far off it was.
 //  - hc_split_sinkhorn: the same fp32 steps except exp (fp64 rounded vs glibc expf, <= 1 ulp

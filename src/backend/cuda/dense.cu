@@ -111,6 +111,9 @@ __global__ void __launch_bounds__(WARPS * 32) dense_kernel(const float *__restri
     const int64_t m_begin = int64_t(blockIdx.y) * rows_per_slice;
     const int64_t m_end = m_begin + rows_per_slice < M ? m_begin + rows_per_slice : M;
     const int64_t nchunks = (K + CHUNK - 1) / CHUNK;
+    // Chunks per stage: one column and few rows per lane leave the registers to keep 4 chunks
+    // in flight (a narrow N at decode is latency-bound: K / 64 dependent loads per lane otherwise).
+    constexpr int U = R == 1 && MT <= 4 ? 4 : 1;
     for (int64_t m0 = m_begin; m0 < m_end; m0 += MT) {
         const float *xr[MT];
 #pragma unroll
@@ -120,30 +123,41 @@ __global__ void __launch_bounds__(WARPS * 32) dense_kernel(const float *__restri
         for (int i = 0; i < MT; i++)
 #pragma unroll
             for (int r = 0; r < R; r++) acc[i][r] = 0.0f;
-        raw_chunk<BF16> cur[R], nxt[R];
-        if (part < nchunks)
+        // A stage is U of this part's chunks (c, c + 8, ...); the next stage's weights are in
+        // flight while this one is used.
+        raw_chunk<BF16> cur[U][R], nxt[U][R];
+        const auto load_stage = [&](raw_chunk<BF16>(&dst)[U][R], int64_t c) {
 #pragma unroll
-            for (int r = 0; r < R; r++) cur[r] = load_w<BF16, VEC>(w, woff[r], int64_t(part) * CHUNK, K);
-        for (int64_t c = part; c < nchunks; c += PARTS) {
-            const int64_t k0 = c * CHUNK;
-            if (c + PARTS < nchunks)  // the next chunk's weights are in flight while this one is used
+            for (int u = 0; u < U; u++)
+                if (c + u * PARTS < nchunks)
 #pragma unroll
-                for (int r = 0; r < R; r++) nxt[r] = load_w<BF16, VEC>(w, woff[r], k0 + PARTS * CHUNK, K);
-            float wf[R][CHUNK];
+                    for (int r = 0; r < R; r++) dst[u][r] = load_w<BF16, VEC>(w, woff[r], (c + u * PARTS) * CHUNK, K);
+        };
+        load_stage(cur, part);
+        for (int64_t c = part; c < nchunks; c += PARTS * U) {
+            if (c + PARTS * U < nchunks) load_stage(nxt, c + PARTS * U);
 #pragma unroll
-            for (int r = 0; r < R; r++) to_float<BF16>(cur[r], wf[r]);
+            for (int u = 0; u < U; u++) {
+                const int64_t k0 = (c + u * PARTS) * CHUNK;
+                if (k0 >= K) break;
+                float wf[R][CHUNK];
 #pragma unroll
-            for (int i = 0; i < MT; i++) {
-                float xv[CHUNK];
-                load_x<VEC>(xr[i], k0, K, xv);
+                for (int r = 0; r < R; r++) to_float<BF16>(cur[u][r], wf[r]);
 #pragma unroll
-                for (int e = 0; e < CHUNK; e++)
-                    if (VEC || k0 + e < K)
+                for (int i = 0; i < MT; i++) {
+                    float xv[CHUNK];
+                    load_x<VEC>(xr[i], k0, K, xv);
 #pragma unroll
-                        for (int r = 0; r < R; r++) acc[i][r] = fmaf(xv[e], wf[r][e], acc[i][r]);
+                    for (int e = 0; e < CHUNK; e++)
+                        if (VEC || k0 + e < K)
+#pragma unroll
+                            for (int r = 0; r < R; r++) acc[i][r] = fmaf(xv[e], wf[r][e], acc[i][r]);
+                }
             }
 #pragma unroll
-            for (int r = 0; r < R; r++) cur[r] = nxt[r];
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int r = 0; r < R; r++) cur[u][r] = nxt[u][r];
         }
 #pragma unroll
         for (int i = 0; i < MT; i++)
