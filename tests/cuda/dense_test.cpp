@@ -39,7 +39,9 @@ uint64_t mix(uint64_t z) {  // splitmix64's finalizer
 }
 
 // Uniform in [-1, 1), a multiple of 2^-23; a function of (seed, i) so threads fill in parallel.
-float uniform(uint64_t seed, uint64_t i) { return float(int64_t(mix(seed * 0x100000001b3ull ^ i) >> 40) - (int64_t(1) << 23)) * 0x1p-23f; }
+float uniform(uint64_t seed, uint64_t i) {
+    return float(int64_t(mix(seed * 0x100000001b3ull ^ i) >> 40) - (int64_t(1) << 23)) * 0x1p-23f;
+}
 
 std::vector<float> random_x(int64_t M, int64_t K, uint64_t seed) {
     std::vector<float> x(size_t(M * K));
@@ -66,7 +68,9 @@ struct weights {
             }
         }, 1 << 16);
     }
-    double at(int64_t n, int64_t k) const { return bf16 ? double(bf16_to_f32(b[size_t(n * K + k)])) : double(f[size_t(n * K + k)]); }
+    double at(int64_t n, int64_t k) const {
+        return bf16 ? double(bf16_to_f32(b[size_t(n * K + k)])) : double(f[size_t(n * K + k)]);
+    }
     size_t bytes() const { return size_t(N * K) * (bf16 ? 2 : 4); }
     const void *host() const { return bf16 ? static_cast<const void *>(b.data()) : static_cast<const void *>(f.data()); }
 };

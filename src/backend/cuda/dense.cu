@@ -47,8 +47,10 @@ __device__ __forceinline__ raw_chunk<BF16> load_w(const void *w, int64_t off, in
     } else {
         const float *p = static_cast<const float *>(w) + off + k0;
         if constexpr (VEC) {
-            const float4 a = __ldg(reinterpret_cast<const float4 *>(p)), b = __ldg(reinterpret_cast<const float4 *>(p) + 1);
-            r.f[0] = a.x, r.f[1] = a.y, r.f[2] = a.z, r.f[3] = a.w, r.f[4] = b.x, r.f[5] = b.y, r.f[6] = b.z, r.f[7] = b.w;
+            const float4 *q = reinterpret_cast<const float4 *>(p);
+            const float4 a = __ldg(q), b = __ldg(q + 1);
+            r.f[0] = a.x, r.f[1] = a.y, r.f[2] = a.z, r.f[3] = a.w;
+            r.f[4] = b.x, r.f[5] = b.y, r.f[6] = b.z, r.f[7] = b.w;
         } else {
 #pragma unroll
             for (int e = 0; e < CHUNK; e++) r.f[e] = k0 + e < K ? __ldg(p + e) : 0.0f;
@@ -74,7 +76,8 @@ __device__ __forceinline__ void to_float(const raw_chunk<BF16> &r, float (&f)[CH
 template <bool VEC>
 __device__ __forceinline__ void load_x(const float *p, int64_t k0, int64_t K, float (&f)[CHUNK]) {
     if constexpr (VEC) {
-        const float4 a = __ldg(reinterpret_cast<const float4 *>(p + k0)), b = __ldg(reinterpret_cast<const float4 *>(p + k0) + 1);
+        const float4 *q = reinterpret_cast<const float4 *>(p + k0);
+        const float4 a = __ldg(q), b = __ldg(q + 1);
         f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
     } else {
 #pragma unroll

@@ -19,12 +19,13 @@ constexpr int MAX_HC = 8;
 // hc_project's layout: a cluster of P_CL blocks splits flat into P_CL contiguous ranges; a block
 // takes P_TOK tokens and P_OUT outputs of its range, so X is read n_out / P_OUT times and fn
 // S / P_TOK times (from L2 after the first), and even S = 1 spreads over P_CL * n_out / P_OUT
-// blocks (96 for V4.1). Every (token, output) dot has one fixed order, set by flat alone (not S, not the tile
-// a token falls in): thread t of rank q sums quads (4 consecutive k) q * ceil(ceil(flat / 4) /
-// P_CL) + t + i * P_THREADS in ascending i, k ascending inside a quad; a warp butterfly (xor
-// 16 .. 1); warps 0..7 in order; ranks 0..7 in order (over DSMEM). All of it in fp64 on exact
-// fp32 x fp32 products, rounded to fp32 once, as the host's fp64 sums: the two agree unless the
-// exact sum lies within ~2^-29 relative of an fp32 rounding boundary.
+// blocks (96 for V4.1). Every (token, output) dot has one fixed order, set by flat alone (not
+// S, P_OUT or the tile a token falls in): thread t of rank q sums quads (4 consecutive k)
+// q * ceil(ceil(flat / 4) / P_CL) + t + i * P_THREADS in ascending i, k ascending inside a
+// quad; a warp butterfly (xor 16 .. 1); warps 0..7 in order; ranks 0..7 in order (over DSMEM).
+// All of it in fp64 on exact fp32 x fp32 products, rounded to fp32 once, as the host's fp64
+// sums: the two agree unless the exact sum lies within ~2^-29 relative of an fp32 rounding
+// boundary.
 constexpr int P_CL = 8;  // the portable cluster size every sm_90 part schedules
 constexpr int P_THREADS = 256;
 constexpr int P_TOK = 4;
