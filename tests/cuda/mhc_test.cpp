@@ -2,8 +2,13 @@
 // only core and backend/cpu) at V4.1's shape: hc 4 streams of 5120 (flat 20480), 24 mixes,
 // Sinkhorn 20 iterations, eps 1e-6 (hc_eps) and 1e-20 (norm_eps); decode batch of 16 tokens.
 // Tolerances:
-//  - hc_project: fp64 dot products in another order, rounded once: |d| <= 1e-6 |ref| + 1e-6 *
-//    the row's max |m| (a sum that cancels to near zero keeps only absolute accuracy).
+//  - hc_project: bit-exact, at S = 1, 16 and a prefill-sized 512, both orders, plus a ragged
+//    flat 1001 / n_out 7 (the element-load path and the padded tiles). Both sides sum exact
+//    fp32 x fp32 products in fp64 and round once; the orders differ, so a mismatch needs an
+//    exact sum within ~2^-29 relative of an fp32 rounding boundary (a host emulation of the
+//    GPU's order with these seeds, S 16 and 512, both orders: 0 mismatches of 25344). A
+//    mismatch fails the test; the old bound |d| <= 1e-6 |ref| + 1e-6 * the row's max |m| is
+//    still checked so a report shows how far off it was.
 //  - hc_split_sinkhorn: the same fp32 steps except exp (fp64 rounded vs glibc expf, <= 1 ulp
 //    apart), carried through 20 normalizations: 1e-5 relative.
 //  - hc_collapse / hc_expand, fed the CPU's mixes: bit-exact (sequential fp32, no FMA).
@@ -12,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <string>
 
 #include "backend/cuda/mhc.cuh"
 #include "engine/mhc.h"
@@ -47,34 +53,57 @@ protected:
     Tensor fn;
 };
 
-TEST_F(CudaMhc, ProjectBothOrders) {
-    dev_vec<float> dX(X), dfn(std::vector<float>(fn.f(), fn.f() + N_MIX * FLAT)), dm(size_t(S * N_MIX));
-    for (bool fold : {true, false}) {
-        std::vector<float> ref(size_t(S * N_MIX));
-        engine::hc_project(X.data(), S, FLAT, fn, N_MIX, 1e-20f, fold, ref.data());
-        dm.poison();
-        ASSERT_TRUE(cuda::hc_project(dX.p, S, FLAT, dfn.p, N_MIX, 1e-20f, fold, dm.p, nullptr).is_ok());
-        const std::vector<float> got = dm.download();
-        stats st;
-        for (int64_t s = 0; s < S; s++) {
-            float rowmax = 0;
-            for (int j = 0; j < N_MIX; j++) rowmax = std::max(rowmax, std::fabs(ref[size_t(s * N_MIX + j)]));
-            for (int j = 0; j < N_MIX; j++) {
-                const size_t i = size_t(s * N_MIX + j);
-                ASSERT_TRUE(std::isfinite(got[i])) << "m[" << s << ", " << j << "] not written";
-                const double d = std::fabs(double(got[i]) - ref[i]);
-                st.bits += f32_bits(got[i]) != f32_bits(ref[i]);
-                EXPECT_LE(d, 1e-6 * std::fabs(ref[i]) + 1e-6 * rowmax) << "m[" << s << ", " << j << "] fold " << fold;
-                st.worst = std::max(st.worst, d / std::max(1e-30, double(std::fabs(ref[i]))));
-            }
+// One hc_project call against engine::hc_project on the CPU: bit mismatches (failing), the
+// tolerance, and poisoned outputs.
+void check_project(const std::vector<float> &X, int64_t S, int64_t flat, const Tensor &fn, int64_t n_out, bool fold) {
+    dev_vec<float> dX(X), dfn(std::vector<float>(fn.f(), fn.f() + n_out * flat)), dm(size_t(S * n_out));
+    std::vector<float> ref(size_t(S * n_out));
+    engine::hc_project(X.data(), S, flat, fn, n_out, 1e-20f, fold, ref.data());
+    dm.poison();
+    ASSERT_TRUE(cuda::hc_project(dX.p, S, flat, dfn.p, n_out, 1e-20f, fold, dm.p, nullptr).is_ok());
+    const std::vector<float> got = dm.download();
+    stats st;
+    for (int64_t s = 0; s < S; s++) {
+        float rowmax = 0;
+        for (int64_t j = 0; j < n_out; j++) rowmax = std::max(rowmax, std::fabs(ref[size_t(s * n_out + j)]));
+        for (int64_t j = 0; j < n_out; j++) {
+            const size_t i = size_t(s * n_out + j);
+            ASSERT_TRUE(std::isfinite(got[i])) << "m[" << s << ", " << j << "] not written";
+            const double d = std::fabs(double(got[i]) - ref[i]);
+            st.bits += f32_bits(got[i]) != f32_bits(ref[i]);
+            EXPECT_LE(d, 1e-6 * std::fabs(ref[i]) + 1e-6 * rowmax) << "m[" << s << ", " << j << "] fold " << fold;
+            st.worst = std::max(st.worst, d / std::max(1e-30, double(std::fabs(ref[i]))));
         }
-        std::printf("[ info ] hc_project [%lld, %lld] x %d (%s): max rel err %.3g, bit mismatches %zu of %lld\n",
-                    (long long)S, (long long)FLAT, N_MIX, fold ? "fold after" : "normalize first", st.worst, st.bits,
-                    (long long)(S * N_MIX));
     }
-    testing_util::print_timing("hc_project [16, 20480] x 24", double(S + N_MIX) * FLAT * 4, [&] {
-        (void)cuda::hc_project(dX.p, S, FLAT, dfn.p, N_MIX, 1e-20f, true, dm.p, nullptr);
-    });
+    EXPECT_EQ(st.bits, 0u) << "hc_project S " << S << " flat " << flat << " fold " << fold;
+    std::printf("[ info ] hc_project [%lld, %lld] x %lld (%s): max rel err %.3g, bit mismatches %zu of %lld\n",
+                (long long)S, (long long)flat, (long long)n_out, fold ? "fold after" : "normalize first", st.worst,
+                st.bits, (long long)(S * n_out));
+}
+
+TEST_F(CudaMhc, ProjectIsBitExact) {
+    const int64_t S_PREFILL = 512;
+    const std::vector<float> Xp = testing_util::random_normal(size_t(S_PREFILL * FLAT), 7);
+    for (bool fold : {true, false}) {
+        check_project(std::vector<float>(X.begin(), X.begin() + FLAT), 1, FLAT, fn, N_MIX, fold);
+        check_project(X, S, FLAT, fn, N_MIX, fold);
+        check_project(Xp, S_PREFILL, FLAT, fn, N_MIX, fold);
+    }
+    // Ragged: flat % 4 != 0 takes element loads; n_out 7 with S 3 (2 outputs per block) or S 5
+    // (6 per block) leaves padded outputs and tokens.
+    const int64_t rf = 1001, rn = 7;
+    Tensor rfn = Tensor::f32({rn, rf});
+    const std::vector<float> w = testing_util::random_normal(size_t(rn * rf), 8);
+    for (int64_t i = 0; i < rn * rf; i++) rfn.f()[i] = 0.03f * w[size_t(i)];
+    for (int64_t rs : {int64_t(3), int64_t(5)})
+        for (bool fold : {true, false})
+            check_project(testing_util::random_normal(size_t(rs * rf), uint32_t(9 + rs)), rs, rf, rfn, rn, fold);
+
+    dev_vec<float> dX(X), dfn(std::vector<float>(fn.f(), fn.f() + N_MIX * FLAT)), dm(size_t(S * N_MIX));
+    for (int64_t s : {int64_t(1), S})
+        testing_util::print_timing("hc_project [" + std::to_string(s) + ", 20480] x 24", double(s + N_MIX) * FLAT * 4, [&] {
+            (void)cuda::hc_project(dX.p, s, FLAT, dfn.p, N_MIX, 1e-20f, true, dm.p, nullptr);
+        });
 }
 
 TEST_F(CudaMhc, SplitSinkhorn) {

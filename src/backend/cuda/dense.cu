@@ -1,60 +1,231 @@
 #include "backend/cuda/dense.cuh"
 
+#include <string>
+
 #include "backend/cuda/cuda_status.h"
 
 namespace ds41rt::backend::cuda {
 
 namespace {
 
-constexpr int WARPS = 4;       // outputs per block
-constexpr int ROW_CHUNK = 8;   // activation rows per pass over a weight row
+constexpr int PARTS = 8;            // lanes that share one output's K (the order's parts)
+constexpr int GROUPS = 32 / PARTS;  // output groups per warp
+constexpr int CHUNK = 8;            // consecutive k per load: 16 bytes of bf16, 32 of fp32
+constexpr int WARPS = 4;
+constexpr int MAX_MT = 16;          // activation rows per pass over the weights
 
+// One chunk of one weight row as loaded: bf16 pairs or fp32 values.
 template <bool BF16>
-__device__ __forceinline__ float wval(const void *w, int64_t i) {
-    if constexpr (BF16) return __uint_as_float(uint32_t(static_cast<const uint16_t *>(w)[i]) << 16);
-    else return static_cast<const float *>(w)[i];
-}
+struct raw_chunk;
+template <>
+struct raw_chunk<true> {
+    uint32_t u[CHUNK / 2];
+};
+template <>
+struct raw_chunk<false> {
+    float f[CHUNK];
+};
 
-// One warp per output column n, all M rows in chunks of ROW_CHUNK (the weight row is re-read per
-// chunk, from L2 after the first). Bytes: N*K*sizeof(w) + M*K*4*ceil(N/WARPS)/L2 reuse + M*N*4;
-// FLOPs 2*M*N*K. Correctness first: scalar loads, not a bandwidth kernel (these weights are
-// small next to the FP8 / MXFP4 ones; the head is the exception, see docs/perf).
-template <bool BF16>
-__global__ void dense_kernel(const float *__restrict__ x, const void *__restrict__ w, float *__restrict__ y, int64_t M,
-                             int64_t N, int64_t K) {
-    const int lane = threadIdx.x & 31;
-    const int64_t n = int64_t(blockIdx.x) * WARPS + (threadIdx.x >> 5);
-    if (n >= N) return;
-    const int64_t wrow = n * K;
-    for (int64_t m0 = 0; m0 < M; m0 += ROW_CHUNK) {
-        float acc[ROW_CHUNK];
+// Chunk c of the row starting at w + off. VEC: K % 8 == 0 and 16-byte aligned rows; otherwise
+// element loads, k >= K left 0 (their products are never added).
+template <bool BF16, bool VEC>
+__device__ __forceinline__ raw_chunk<BF16> load_w(const void *w, int64_t off, int64_t k0, int64_t K) {
+    raw_chunk<BF16> r;
+    if constexpr (BF16) {
+        const uint16_t *p = static_cast<const uint16_t *>(w) + off + k0;
+        if constexpr (VEC) {
+            const uint4 v = __ldg(reinterpret_cast<const uint4 *>(p));
+            r.u[0] = v.x, r.u[1] = v.y, r.u[2] = v.z, r.u[3] = v.w;
+        } else {
 #pragma unroll
-        for (int r = 0; r < ROW_CHUNK; r++) acc[r] = 0.0f;
-        const int rows = int(M - m0 < ROW_CHUNK ? M - m0 : ROW_CHUNK);
-        for (int64_t k = lane; k < K; k += 32) {
-            const float wv = wval<BF16>(w, wrow + k);
-#pragma unroll
-            for (int r = 0; r < ROW_CHUNK; r++)
-                if (r < rows) acc[r] = fmaf(x[(m0 + r) * K + k], wv, acc[r]);
+            for (int i = 0; i < CHUNK / 2; i++) {
+                const uint32_t lo = k0 + 2 * i < K ? __ldg(p + 2 * i) : 0u;
+                const uint32_t hi = k0 + 2 * i + 1 < K ? __ldg(p + 2 * i + 1) : 0u;
+                r.u[i] = lo | (hi << 16);
+            }
         }
+    } else {
+        const float *p = static_cast<const float *>(w) + off + k0;
+        if constexpr (VEC) {
+            const float4 *q = reinterpret_cast<const float4 *>(p);
+            const float4 a = __ldg(q), b = __ldg(q + 1);
+            r.f[0] = a.x, r.f[1] = a.y, r.f[2] = a.z, r.f[3] = a.w;
+            r.f[4] = b.x, r.f[5] = b.y, r.f[6] = b.z, r.f[7] = b.w;
+        } else {
 #pragma unroll
-        for (int r = 0; r < ROW_CHUNK; r++) {
-            float v = acc[r];
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            if (lane == 0 && r < rows) y[(m0 + r) * N + n] = v;
+            for (int e = 0; e < CHUNK; e++) r.f[e] = k0 + e < K ? __ldg(p + e) : 0.0f;
         }
     }
+    return r;
 }
+
+template <bool BF16>
+__device__ __forceinline__ void to_float(const raw_chunk<BF16> &r, float (&f)[CHUNK]) {
+    if constexpr (BF16) {
+#pragma unroll
+        for (int i = 0; i < CHUNK / 2; i++) {  // the lower address is the low half
+            f[2 * i] = __uint_as_float(r.u[i] << 16);
+            f[2 * i + 1] = __uint_as_float(r.u[i] & 0xffff0000u);
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < CHUNK; e++) f[e] = r.f[e];
+    }
+}
+
+template <bool VEC>
+__device__ __forceinline__ void load_x(const float *p, int64_t k0, int64_t K, float (&f)[CHUNK]) {
+    if constexpr (VEC) {
+        const float4 *q = reinterpret_cast<const float4 *>(p + k0);
+        const float4 a = __ldg(q), b = __ldg(q + 1);
+        f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+    } else {
+#pragma unroll
+        for (int e = 0; e < CHUNK; e++) f[e] = k0 + e < K ? __ldg(p + k0 + e) : 0.0f;
+    }
+}
+
+// A warp owns GROUPS * R output columns; lane = group * PARTS + part, and part p sums chunks
+// p, p + 8, ... of each of its group's R columns for MT activation rows at once (weights read
+// once per MT rows, x once per R columns), then the 8 parts of a group combine by butterfly.
+// The order (dense.cuh) depends on K only: MT, R and the row slice change which lane does the
+// work, never which products one accumulator adds in which sequence.
+//
+// Roofline: bytes N*K*sizeof(w) + M*K*4 (x, from L1/L2 per warp) + M*N*4; FLOPs 2*M*N*K as fp32
+// FMA. For bf16 weights an FMA pass at M rows costs M FMAs per 2 bytes, so the ridge where the
+// fp32 FMA rate (128 lanes per SM per clock, ~67 TFLOP/s on an H200) meets ~4.2 TB/s of weight
+// bytes is M ~ 16: M = 1..8 is bandwidth-bound, M = 16 needs every FMA slot to stay there.
+// Per lane and chunk at MT = 16, R = 4: 512 FMAs against 32 bf16 converts and 36 16-byte loads.
+// Large M: the warp walks its row slice in tiles of MT, re-reading its R weight rows per tile
+// (from L2 after the first), and grid.y splits the rows when N alone gives too few blocks.
+template <bool BF16, bool VEC, int MT, int R>
+__global__ void __launch_bounds__(WARPS * 32) dense_kernel(const float *__restrict__ x, const void *__restrict__ w,
+                                                             float *__restrict__ y, int64_t M, int64_t N, int64_t K,
+                                                             int64_t rows_per_slice) {
+    const int lane = threadIdx.x & 31, part = lane & (PARTS - 1), group = lane / PARTS;
+    const int64_t warp_n0 = (int64_t(blockIdx.x) * WARPS + (threadIdx.x >> 5)) * GROUPS * R;
+    if (warp_n0 >= N) return;  // warp-uniform: the butterflies below need all 32 lanes
+    int64_t n[R], woff[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        n[r] = warp_n0 + int64_t(group) * R + r;
+        woff[r] = (n[r] < N ? n[r] : N - 1) * K;  // columns past N load a real row, store nothing
+    }
+    const int64_t m_begin = int64_t(blockIdx.y) * rows_per_slice;
+    const int64_t m_end = m_begin + rows_per_slice < M ? m_begin + rows_per_slice : M;
+    const int64_t nchunks = (K + CHUNK - 1) / CHUNK;
+    // Chunks per stage: one column and few rows per lane leave the registers to keep 4 chunks
+    // in flight (a narrow N at decode is latency-bound: K / 64 dependent loads per lane otherwise).
+    constexpr int U = R == 1 && MT <= 4 ? 4 : 1;
+    for (int64_t m0 = m_begin; m0 < m_end; m0 += MT) {
+        const float *xr[MT];
+#pragma unroll
+        for (int i = 0; i < MT; i++) xr[i] = x + (m0 + i < m_end ? m0 + i : m_end - 1) * K;  // pad rows: repeats
+        float acc[MT][R];
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int r = 0; r < R; r++) acc[i][r] = 0.0f;
+        // A stage is U of this part's chunks (c, c + 8, ...); the next stage's weights are in
+        // flight while this one is used.
+        raw_chunk<BF16> cur[U][R], nxt[U][R];
+        const auto load_stage = [&](raw_chunk<BF16>(&dst)[U][R], int64_t c) {
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (c + u * PARTS < nchunks)
+#pragma unroll
+                    for (int r = 0; r < R; r++) dst[u][r] = load_w<BF16, VEC>(w, woff[r], (c + u * PARTS) * CHUNK, K);
+        };
+        load_stage(cur, part);
+        for (int64_t c = part; c < nchunks; c += PARTS * U) {
+            if (c + PARTS * U < nchunks) load_stage(nxt, c + PARTS * U);
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int64_t k0 = (c + u * PARTS) * CHUNK;
+                if (k0 >= K) break;
+                float wf[R][CHUNK];
+#pragma unroll
+                for (int r = 0; r < R; r++) to_float<BF16>(cur[u][r], wf[r]);
+#pragma unroll
+                for (int i = 0; i < MT; i++) {
+                    float xv[CHUNK];
+                    load_x<VEC>(xr[i], k0, K, xv);
+#pragma unroll
+                    for (int e = 0; e < CHUNK; e++)
+                        if (VEC || k0 + e < K)
+#pragma unroll
+                            for (int r = 0; r < R; r++) acc[i][r] = fmaf(xv[e], wf[r][e], acc[i][r]);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int r = 0; r < R; r++) cur[u][r] = nxt[u][r];
+        }
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float v = acc[i][r];
+                v += __shfl_xor_sync(0xffffffffu, v, 4);  // commutative: every lane of a pair gets the same bits
+                v += __shfl_xor_sync(0xffffffffu, v, 2);
+                v += __shfl_xor_sync(0xffffffffu, v, 1);
+                if (part == i % PARTS && m0 + i < m_end && n[r] < N) y[(m0 + i) * N + n[r]] = v;
+            }
+    }
+}
+
+template <bool BF16, bool VEC, int R>
+void launch_mt(int mt, dim3 grid, const float *x, const void *w, float *y, int64_t M, int64_t N, int64_t K, int64_t rps,
+               cudaStream_t stream) {
+    const dim3 block(WARPS * 32);
+    switch (mt) {
+    case 1: dense_kernel<BF16, VEC, 1, R><<<grid, block, 0, stream>>>(x, w, y, M, N, K, rps); break;
+    case 2: dense_kernel<BF16, VEC, 2, R><<<grid, block, 0, stream>>>(x, w, y, M, N, K, rps); break;
+    case 4: dense_kernel<BF16, VEC, 4, R><<<grid, block, 0, stream>>>(x, w, y, M, N, K, rps); break;
+    case 8: dense_kernel<BF16, VEC, 8, R><<<grid, block, 0, stream>>>(x, w, y, M, N, K, rps); break;
+    default: dense_kernel<BF16, VEC, MAX_MT, R><<<grid, block, 0, stream>>>(x, w, y, M, N, K, rps); break;
+    }
+}
+
+template <bool BF16, bool VEC>
+void launch_r(int r, int mt, dim3 grid, const float *x, const void *w, float *y, int64_t M, int64_t N, int64_t K,
+              int64_t rps, cudaStream_t stream) {
+    if (r == 4) launch_mt<BF16, VEC, 4>(mt, grid, x, w, y, M, N, K, rps, stream);
+    else launch_mt<BF16, VEC, 1>(mt, grid, x, w, y, M, N, K, rps, stream);
+}
+
+bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 }  // namespace
 
 Status dense_linear(const float *x, const void *w, bool w_bf16, float *y, int64_t M, int64_t N, int64_t K,
                     cudaStream_t stream) {
-    if (M < 1 || N < 1 || K < 1 || !x || !w || !y) return Status::invalid_argument("dense_linear: bad shape or null");
-    const dim3 grid(unsigned((N + WARPS - 1) / WARPS)), block(32 * WARPS);
-    if (w_bf16) dense_kernel<true><<<grid, block, 0, stream>>>(x, w, y, M, N, K);
-    else dense_kernel<false><<<grid, block, 0, stream>>>(x, w, y, M, N, K);
+    if (M < 1 || N < 1 || K < 1 || !x || !w || !y)
+        return Status::invalid_argument("dense_linear: bad shape or null (M " + std::to_string(M) + ", N " +
+                                        std::to_string(N) + ", K " + std::to_string(K) + ")");
+    const bool vec = K % CHUNK == 0 && aligned16(x) && aligned16(w);
+    // Four columns per lane amortize x loads; one keeps enough warps in flight for narrow N.
+    const int R = (M > MAX_MT || N >= 32768) ? 4 : 1;
+    int mt = 1;
+    while (mt < M && mt < MAX_MT) mt *= 2;
+    const int64_t col_blocks = (N + int64_t(WARPS) * GROUPS * R - 1) / (int64_t(WARPS) * GROUPS * R);
+    if (col_blocks > 0x7fffffff) return Status::invalid_argument("dense_linear: N " + std::to_string(N) + " too large");
+    // Row slices over grid.y only when the columns alone give fewer than ~1024 blocks.
+    const int64_t tiles = (M + mt - 1) / mt;
+    int64_t slices = (1024 + col_blocks - 1) / col_blocks;
+    if (slices > tiles) slices = tiles;
+    if (slices > 65535) slices = 65535;
+    const int64_t rps = (tiles + slices - 1) / slices * mt;
+    slices = (M + rps - 1) / rps;
+    const dim3 grid{unsigned(col_blocks), unsigned(slices)};
+    if (w_bf16) {
+        if (vec) launch_r<true, true>(R, mt, grid, x, w, y, M, N, K, rps, stream);
+        else launch_r<true, false>(R, mt, grid, x, w, y, M, N, K, rps, stream);
+    } else {
+        if (vec) launch_r<false, true>(R, mt, grid, x, w, y, M, N, K, rps, stream);
+        else launch_r<false, false>(R, mt, grid, x, w, y, M, N, K, rps, stream);
+    }
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }

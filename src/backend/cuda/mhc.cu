@@ -1,5 +1,7 @@
 #include "backend/cuda/mhc.cuh"
 
+#include <cooperative_groups.h>
+
 #include <string>
 
 #include "backend/cuda/cuda_status.h"
@@ -9,46 +11,151 @@ namespace ds41rt::backend::cuda {
 
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr int THREADS = 256;
 constexpr int MAX_HC = 8;
 
-__device__ double block_sum(double v, double *part) {
+// hc_project's layout: a cluster of P_CL blocks splits flat into P_CL contiguous ranges; a block
+// takes P_TOK tokens and P_OUT outputs of its range, so X is read n_out / P_OUT times and fn
+// S / P_TOK times (from L2 after the first), and even S = 1 spreads over P_CL * n_out / P_OUT
+// blocks (96 for V4.1). Every (token, output) dot has one fixed order, set by flat alone (not
+// S, P_OUT or the tile a token falls in): thread t of rank q sums quads (4 consecutive k)
+// q * ceil(ceil(flat / 4) / P_CL) + t + i * P_THREADS in ascending i, k ascending inside a
+// quad; a warp butterfly (xor 16 .. 1); warps 0..7 in order; ranks 0..7 in order (over DSMEM).
+// All of it in fp64 on exact fp32 x fp32 products, rounded to fp32 once, as the host's fp64
+// sums: the two agree unless the exact sum lies within ~2^-29 relative of an fp32 rounding
+// boundary.
+constexpr int P_CL = 8;  // the portable cluster size every sm_90 part schedules
+constexpr int P_THREADS = 256;
+constexpr int P_TOK = 4;
+constexpr int P_OUT_WIDE = 6;   // outputs per block: 6 reads X 4 times for V4.1's 24 mixes,
+constexpr int P_OUT_NARROW = 2;  // 2 spreads one tile of tokens (S <= 4) over 3x the blocks
+
+// Sums v[i] over the block into out[i] (shared): butterfly in each warp, then the warps in order.
+template <int NV>
+__device__ void block_sums(double (&v)[NV], double *warp_part, double *out) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();  // part may still be read from a previous call
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    for (int i = 0; i < NV; i++) {
+        double s = v[i];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0) warp_part[warp * NV + i] = s;
+    }
     __syncthreads();
-    double s = 0;
-    for (int i = 0; i < int(blockDim.x >> 5); i++) s += part[i];
-    return s;
+    if (threadIdx.x < NV) {
+        double s = 0;
+        for (int w = 0; w < P_THREADS / 32; w++) s += warp_part[w * NV + threadIdx.x];
+        out[threadIdx.x] = s;
+    }
 }
 
-// One block per (output j, token s): it reads X[s] and fn[j] (flat * 8 bytes; fn stays in L2
-// across tokens), so S * n_out blocks fill the GPU at decode sizes. Bytes per call: from DRAM
-// S * flat * 4 + n_out * flat * 4; FLOPs 2 * S * n_out * flat (fp64) plus the squares.
-__global__ void project_kernel(const float *X, int64_t flat, const float *fn, int64_t n_out, float eps, bool fold_after,
-                               float *m) {
-    __shared__ double part[THREADS / 32];
-    const int64_t j = blockIdx.x, s = blockIdx.y;
-    const float *x = X + s * flat, *w = fn + j * flat;
-    double ss = 0;
-    for (int64_t k = threadIdx.x; k < flat; k += blockDim.x) ss += double(x[k]) * double(x[k]);
-    ss = block_sum(ss, part);
-    double acc = 0;
-    float out;
-    if (fold_after) {
-        for (int64_t k = threadIdx.x; k < flat; k += blockDim.x) acc += double(x[k]) * double(w[k]);
-        acc = block_sum(acc, part);
-        // cpu::dot rounds the sum of squares to fp32 before the mean (engine hc_project).
-        const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(float(double(float(ss)) / double(flat)), eps)));
-        out = __fmul_rn(float(acc), rs);
+// Quad q of the row at p: one 16-byte load, or element loads past flat (never summed).
+template <bool VEC>
+__device__ __forceinline__ void load_quad(const float *p, int64_t q, int64_t flat, float (&v)[4]) {
+    if constexpr (VEC) {
+        const float4 a = __ldg(reinterpret_cast<const float4 *>(p) + q);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
     } else {
-        const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(float(ss / double(flat)), eps)));
-        for (int64_t k = threadIdx.x; k < flat; k += blockDim.x) acc += double(__fmul_rn(x[k], inv)) * double(w[k]);
-        acc = block_sum(acc, part);
-        out = float(acc);
+#pragma unroll
+        for (int e = 0; e < 4; e++) v[e] = 4 * q + e < flat ? __ldg(p + 4 * q + e) : 0.0f;
     }
-    if (threadIdx.x == 0) m[s * n_out + j] = out;
+}
+
+// Bytes per call from DRAM: S * flat * 4 + n_out * flat * 4 (+ L2 re-reads: X n_out / P_OUT
+// times, fn S / P_TOK times); FLOPs 2 * S * flat * (n_out + 1) in fp64 (H200: ~64 fp64 FMAs per
+// SM per clock, so S = 16 is ~1000 clocks of math). A few microseconds at S <= 16: one round of
+// loads per thread, then two cluster barriers.
+template <bool VEC, int P_OUT>
+__global__ void __cluster_dims__(P_CL, 1, 1) __launch_bounds__(P_THREADS)
+    project_kernel(const float *X, int64_t S, int64_t flat, const float *fn, int64_t n_out, float eps,
+                   bool fold_after, float *m) {
+    constexpr int P_NV = P_TOK * (P_OUT + 1);  // per-thread sums: dots [t][j], then sums of squares [t]
+    __shared__ double warp_part[P_THREADS / 32 * P_NV];
+    __shared__ double sums[P_NV];      // this block's totals, read by rank 0 over DSMEM
+    __shared__ double ss_sums[P_TOK];  // normalize first: this block's sums of squares, read by all ranks
+    __shared__ float inv_s[P_TOK];
+    const cg::cluster_group cl = cg::this_cluster();
+    const int rank = int(cl.block_rank());
+    const int64_t j0 = int64_t(blockIdx.x / P_CL) * P_OUT, s0 = int64_t(blockIdx.y) * P_TOK;
+    const int64_t nq = (flat + 3) / 4, qpr = (nq + P_CL - 1) / P_CL;
+    const int64_t q0 = rank * qpr, q1 = q0 + qpr < nq ? q0 + qpr : nq;
+    const float *xr[P_TOK], *wr[P_OUT];  // rows past S / n_out repeat the last one and store nothing
+#pragma unroll
+    for (int t = 0; t < P_TOK; t++) xr[t] = X + (s0 + t < S ? s0 + t : S - 1) * flat;
+#pragma unroll
+    for (int j = 0; j < P_OUT; j++) wr[j] = fn + (j0 + j < n_out ? j0 + j : n_out - 1) * flat;
+    float inv[P_TOK];
+#pragma unroll
+    for (int t = 0; t < P_TOK; t++) inv[t] = 1.0f;
+    if (!fold_after) {  // transformers' order needs each token's full sum of squares first
+        double ss[P_TOK];
+#pragma unroll
+        for (int t = 0; t < P_TOK; t++) ss[t] = 0;
+        for (int64_t q = q0 + threadIdx.x; q < q1; q += P_THREADS)
+#pragma unroll
+            for (int t = 0; t < P_TOK; t++) {
+                float xv[4];
+                load_quad<VEC>(xr[t], q, flat, xv);
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (VEC || 4 * q + e < flat) ss[t] = fma(double(xv[e]), double(xv[e]), ss[t]);
+            }
+        block_sums<P_TOK>(ss, warp_part, ss_sums);
+        cl.sync();
+        if (threadIdx.x < P_TOK) {
+            double tot = 0;
+            for (int r = 0; r < P_CL; r++) tot += cl.map_shared_rank(ss_sums, r)[threadIdx.x];
+            inv_s[threadIdx.x] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(float(tot / double(flat)), eps)));
+        }
+        __syncthreads();
+#pragma unroll
+        for (int t = 0; t < P_TOK; t++) inv[t] = inv_s[t];
+    }
+    double acc[P_NV];
+#pragma unroll
+    for (int i = 0; i < P_NV; i++) acc[i] = 0;
+    for (int64_t q = q0 + threadIdx.x; q < q1; q += P_THREADS) {
+        float xv[P_TOK][4], wv[P_OUT][4];
+#pragma unroll
+        for (int t = 0; t < P_TOK; t++) load_quad<VEC>(xr[t], q, flat, xv[t]);
+#pragma unroll
+        for (int j = 0; j < P_OUT; j++) load_quad<VEC>(wr[j], q, flat, wv[j]);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            if (!VEC && 4 * q + e >= flat) continue;
+#pragma unroll
+            for (int t = 0; t < P_TOK; t++) {
+                const double xd = double(xv[t][e]);
+                // Products of two fp32 values are exact in fp64, so fma adds exactly what the
+                // host's s += double(a) * b adds.
+                const double xs = fold_after ? xd : double(__fmul_rn(xv[t][e], inv[t]));
+                if (fold_after) acc[P_TOK * P_OUT + t] = fma(xd, xd, acc[P_TOK * P_OUT + t]);
+#pragma unroll
+                for (int j = 0; j < P_OUT; j++) acc[t * P_OUT + j] = fma(xs, double(wv[j][e]), acc[t * P_OUT + j]);
+            }
+        }
+    }
+    block_sums<P_NV>(acc, warp_part, sums);
+    cl.sync();
+    if (rank == 0 && threadIdx.x < P_TOK * P_OUT) {
+        const int t = threadIdx.x / P_OUT, j = threadIdx.x % P_OUT;
+        double dot = 0, ss = 0;
+        for (int r = 0; r < P_CL; r++) {
+            const double *rs = cl.map_shared_rank(sums, r);
+            dot += rs[threadIdx.x];
+            ss += rs[P_TOK * P_OUT + t];
+        }
+        float out = float(dot);
+        if (fold_after) {
+            // cpu::dot rounds the sum of squares to fp32 before the mean (engine hc_project).
+            const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(float(double(float(ss)) / double(flat)), eps)));
+            out = __fmul_rn(out, rs);
+        }
+        if (s0 + t < S && j0 + j < n_out) m[(s0 + t) * n_out + j0 + j] = out;
+    }
+    cl.sync();  // the other ranks' shared memory must outlive rank 0's reads
 }
 
 __device__ __forceinline__ float exp_f(float x) { return float(exp(double(x))); }
@@ -134,12 +241,20 @@ Status bad(const char *op, const std::string &why) { return Status::invalid_argu
 
 Status hc_project(const float *X, int64_t S, int64_t flat, const float *fn, int64_t n_out, float eps, bool fold_after,
                   float *m, cudaStream_t stream) {
-    if (S < 0 || flat <= 0 || n_out <= 0 || n_out > 65535 || S > 65535)
-        return bad("hc_project", "S " + std::to_string(S) + " (<= 65535), flat " + std::to_string(flat) + ", n_out " +
-                                     std::to_string(n_out));
+    const int64_t tiles = (S + P_TOK - 1) / P_TOK;
+    const int p_out = tiles == 1 ? P_OUT_NARROW : P_OUT_WIDE;  // the order does not depend on it
+    const int64_t groups = (n_out + p_out - 1) / p_out;
+    if (S < 0 || flat <= 0 || n_out <= 0 || tiles > 65535 || groups * P_CL > 0x7fffffff)
+        return bad("hc_project", "S " + std::to_string(S) + " (<= " + std::to_string(65535 * P_TOK) + "), flat " +
+                                     std::to_string(flat) + ", n_out " + std::to_string(n_out));
     if (S == 0) return Status::ok();
     if (!X || !fn || !m) return bad("hc_project", "null pointer");
-    project_kernel<<<dim3(unsigned(n_out), unsigned(S)), THREADS, 0, stream>>>(X, flat, fn, n_out, eps, fold_after, m);
+    const bool vec = flat % 4 == 0 && (reinterpret_cast<uintptr_t>(X) & 15u) == 0 &&
+                     (reinterpret_cast<uintptr_t>(fn) & 15u) == 0;
+    const dim3 grid{unsigned(groups * P_CL), unsigned(tiles)};
+    const auto kernel = vec ? (p_out == P_OUT_WIDE ? project_kernel<true, P_OUT_WIDE> : project_kernel<true, P_OUT_NARROW>)
+                            : (p_out == P_OUT_WIDE ? project_kernel<false, P_OUT_WIDE> : project_kernel<false, P_OUT_NARROW>);
+    kernel<<<grid, P_THREADS, 0, stream>>>(X, S, flat, fn, n_out, eps, fold_after, m);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }

@@ -14,9 +14,11 @@
 namespace ds41rt::backend::cuda {
 
 // m[s, j] = rms(X[s]) . fn[j] over the flattened streams X [S, flat], fn [n_out, flat]; dot
-// products in fp64, rounded once. fold_after: the reference's order (product, then times
-// 1 / sqrt(float(float(sum X^2) / flat) + eps)); otherwise transformers' (normalize X in fp32
-// first). m: [S, n_out].
+// products and sums of squares in fp64 over exact fp32 products, in one order fixed by flat
+// (mhc.cu; not by S), rounded once: bit-equal to engine::hc_project except where an exact sum
+// sits within ~2^-29 relative of an fp32 rounding boundary. fold_after: the reference's order
+// (product, then times 1 / sqrt(float(float(sum X^2) / flat) + eps)); otherwise transformers'
+// (normalize X in fp32 first). m: [S, n_out]. S <= 262140.
 Status hc_project(const float *X, int64_t S, int64_t flat, const float *fn, int64_t n_out, float eps, bool fold_after,
                   float *m, cudaStream_t stream);
 
