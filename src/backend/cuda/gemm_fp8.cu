@@ -252,7 +252,7 @@ __device__ __forceinline__ void compute_stage(const uint8_t *st, int wm, int wn,
 __device__ __forceinline__ void store_pair(const gemm_job &J, int64_t m, int64_t n, float v0, float v1) {
     if (m >= J.M || n >= J.N) return;
     float *p = J.y + m * J.N + n;
-    if (n + 1 < J.N && (J.N & 1) == 0) {
+    if (n + 1 < J.N && reinterpret_cast<uintptr_t>(p) % 8 == 0) {
         *reinterpret_cast<float2 *>(p) = make_float2(v0, v1);
     } else {
         p[0] = v0;
