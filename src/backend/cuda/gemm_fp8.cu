@@ -265,7 +265,9 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
     extern __shared__ __align__(128) uint8_t smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp / WARPS_N, wn = warp % WARPS_N;
-    const int64_t m0 = int64_t(blockIdx.y) * BM, n0 = int64_t(blockIdx.x) * BN;
+    // M tiles vary fastest: a wave covers all M tiles of a few weight column tiles, so each weight
+    // tile comes from HBM about once and the (smaller) quantized x is what L2 serves again.
+    const int64_t m0 = int64_t(blockIdx.x) * BM, n0 = int64_t(blockIdx.y) * BN;
     const int KT = int(J.kp / BK);
 
     float acc[MT][NT][4];
@@ -305,7 +307,7 @@ Status check(const gemm_fp8_args &a) {
     if (a.M < 0 || a.N <= 0 || a.K <= 0 || a.K % 32 != 0 || (a.act_block != 32 && a.act_block != 128) ||
         a.K % a.act_block != 0 || (!a.fp4 && (a.block_out <= 0 || a.block_out % 32 != 0 || a.block_in <= 0 || a.block_in % 32 != 0)))
         return Status::not_supported(shape + " (K a multiple of 32 and of act_block 32 or 128; FP8 blocks multiples of 32)");
-    if (int64_t(a.M) > int64_t(BM) * 65535) return Status::not_supported(shape + ": M too large for one grid");
+    if (int64_t(a.N) > int64_t(BN) * 65535) return Status::not_supported(shape + ": N too large for one grid");
     if (a.M == 0) return Status::ok();
     if (!a.x || !a.w || !a.scale || !a.y) return Status::invalid_argument(shape + ": null pointer");
     if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0) return Status::invalid_argument(shape + ": x not 16-byte aligned");
@@ -351,7 +353,7 @@ Status run_gemm_fp8(const device_info &dev, const gemm_fp8_args &a, void *worksp
     } else {
         J.w = a.w, J.ldw = a.K, J.wrows = a.N, J.wk = a.K;
     }
-    const dim3 grid(unsigned(l.np / BN), unsigned(l.mp / BM));
+    const dim3 grid(unsigned(l.mp / BM), unsigned(l.np / BN));
     if (a.fp4) {
         DS41RT_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(gemm_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
         gemm_kernel<true><<<grid, THREADS, SMEM_BYTES, stream>>>(J);
