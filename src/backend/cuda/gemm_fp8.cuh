@@ -1,0 +1,42 @@
+// Prefill-shaped matrix product in the official numerics of V4.1 / V4, on the FP8 tensor cores:
+// many activation rows (a prompt chunk, M in the hundreds or thousands) against one quantized
+// weight as the checkpoint stores it. Bound by the tensor cores, not by the weight bytes.
+//
+// y[m, n] = sum_k xq[m, k] * dequant(W)[n, k], where xq is x quantized to E4M3 per act_block
+// channels with power-of-two scales (backend/cpu fake_quant_fp8_ue8m0). Matches backend/cpu
+// matmul_nt of the fake-quantized x against the dequantized weight within 1e-5 relative (the
+// products are exact; only the fp32 summation order differs). Row m's output does not depend on
+// M or on the other rows (no split K; each output sums its k in one fixed order).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/device_info.h"
+#include "core/status.h"
+
+namespace ds41rt::backend::cuda {
+
+struct gemm_fp8_args {
+    const float *x = nullptr;  // [M, K] fp32, 16-byte aligned
+    int M = 0, K = 0;          // K a multiple of 32 and of act_block
+    int act_block = 32;        // 32 (V4.1) or 128 (V4): channels per activation scale
+    const uint8_t *w = nullptr;      // FP8: [N, K] e4m3. MXFP4: [N, K/2] e2m1, low nibble = even k. 16-byte aligned
+    const uint8_t *scale = nullptr;  // FP8: [ceil(N/block_out), ceil(K/block_in)] e8m0. MXFP4: [N, K/32] e8m0
+    bool fp4 = false;
+    int N = 0;
+    int block_out = 32, block_in = 32;  // FP8 scale grid (V4.1 32x32, V4 128x128): multiples of 32
+    float *y = nullptr;                 // [M, N]; must not alias x, w or the workspace
+};
+
+// Device memory run_gemm_fp8 needs for these arguments (quantized x and its scales, the weight
+// scales per (row, 32 k), and for MXFP4 the weight decoded to E4M3 codes). No zeroing needed.
+size_t gemm_fp8_workspace_bytes(const gemm_fp8_args &a);
+
+// NOT_SUPPORTED for shapes outside the contract above or a device without the shared memory
+// the tiles need; INVALID_ARGUMENT for null or misaligned pointers. Graph-capturable.
+Status run_gemm_fp8(const device_info &dev, const gemm_fp8_args &a, void *workspace, cudaStream_t stream);
+
+}  // namespace ds41rt::backend::cuda

@@ -1,0 +1,224 @@
+// GPU prefill GEMM in official numerics (backend/cuda/gemm_fp8.cu) against the CPU reference:
+// backend/cpu fake_quant_fp8_ue8m0 of x, then matmul_nt against the weight dequantized by
+// core/dtype (cuda_test_util.h), at ragged small shapes and at V4.1 / V4 prefill shapes.
+// Tolerance: relative Frobenius error <= 1e-5 and every element within 1e-4 of max|ref|: the
+// products of E4M3 codes and power-of-two scales are exact on both sides; the kernel sums each
+// 32-k block inside the MMA and the blocks in fp32, the reference in fp64. Outputs are poisoned
+// with NaN first, so an element the kernel skips fails. At M = 2048 the reference covers a
+// sample of rows (rows are independent), the NaN check covers all of them.
+// The TFLOP/s lines are information, not assertions: 2 M N K over the time of run_gemm_fp8
+// (pre-passes included), against 1,278 TFLOP/s, the dense FP8 rate measured on the H200 for
+// issue 4.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/gemm_fp8.cuh"
+#include "cuda_test_util.h"
+
+using namespace ds41rt;
+using namespace ds41rt::backend;
+
+namespace {
+
+constexpr double PEAK_TFLOPS = 1278.0;
+
+struct dev_buf {
+    void *p = nullptr;
+    explicit dev_buf(size_t n) { EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 1)), cudaSuccess); }
+    ~dev_buf() { cudaFree(p); }
+    dev_buf(const dev_buf &) = delete;
+    dev_buf &operator=(const dev_buf &) = delete;
+};
+
+struct spec {
+    bool fp4;
+    int M, N, K;
+    int block;      // FP8 weight grid block_out = block_in
+    int act_block;  // 32 (V4.1) or 128 (V4)
+    std::string what() const {
+        return std::string(fp4 ? "mxfp4" : "fp8 b" + std::to_string(block)) + " act" + std::to_string(act_block) + " M" +
+               std::to_string(M) + " N" + std::to_string(N) + " K" + std::to_string(K);
+    }
+};
+
+// Activations with a spread of magnitudes, so blocks get different power-of-two scales.
+std::vector<float> make_x(int M, int K, uint32_t seed) {
+    std::vector<float> x = testing_util::random_normal(size_t(M) * K, seed);
+    for (int m = 0; m < M; m++)
+        for (int k = 0; k < K; k++) x[size_t(m) * K + k] *= std::ldexp(1.0f, (m * 7 + k / 32) % 9 - 4);
+    return x;
+}
+
+// The weight and x of one case on the device, and run_gemm_fp8 over them.
+class gpu_case {
+public:
+    gpu_case(const cuda::device_info &dev, const spec &s, const testing_util::quant_weight &q, const std::vector<float> &x)
+        : dev_(dev), w_(q.w.size()), scale_(q.scale.size()), x_(x.size() * 4), y_(size_t(s.M) * s.N * 4) {
+        cudaMemcpy(w_.p, q.w.data(), q.w.size(), cudaMemcpyHostToDevice);
+        cudaMemcpy(scale_.p, q.scale.data(), q.scale.size(), cudaMemcpyHostToDevice);
+        cudaMemcpy(x_.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
+        a_.x = static_cast<const float *>(x_.p);
+        a_.M = s.M, a_.K = s.K, a_.act_block = s.act_block;
+        a_.w = static_cast<const uint8_t *>(w_.p), a_.scale = static_cast<const uint8_t *>(scale_.p);
+        a_.fp4 = s.fp4, a_.N = s.N, a_.block_out = s.block, a_.block_in = s.block;
+        a_.y = static_cast<float *>(y_.p);
+        ws_ = std::make_unique<dev_buf>(cuda::gemm_fp8_workspace_bytes(a_));
+    }
+    // Poison y with NaN, run, return y.
+    std::vector<float> run() {
+        cudaMemset(y_.p, 0xff, size_t(a_.M) * a_.N * 4);
+        Status st = cuda::run_gemm_fp8(dev_, a_, ws_->p, 0);
+        EXPECT_TRUE(st.is_ok()) << st.to_string();
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        std::vector<float> y(size_t(a_.M) * a_.N);
+        cudaMemcpy(y.data(), y_.p, y.size() * 4, cudaMemcpyDeviceToHost);
+        return y;
+    }
+    double seconds_per_run(int reps) {
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0), cudaEventCreate(&e1);
+        (void)cuda::run_gemm_fp8(dev_, a_, ws_->p, 0);  // warm-up
+        cudaEventRecord(e0);
+        for (int i = 0; i < reps; i++) (void)cuda::run_gemm_fp8(dev_, a_, ws_->p, 0);
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        cudaEventDestroy(e0), cudaEventDestroy(e1);
+        return ms * 1e-3 / reps;
+    }
+
+private:
+    cuda::device_info dev_;
+    dev_buf w_, scale_, x_, y_;
+    std::unique_ptr<dev_buf> ws_;
+    cuda::gemm_fp8_args a_;
+};
+
+void compare_rows(const std::vector<float> &got, const std::vector<float> &ref, const std::vector<int> &rows, int N,
+                  const std::string &what) {
+    double num = 0, den = 0, maxref = 0;
+    for (float r : ref) maxref = std::max(maxref, std::fabs(double(r)));
+    size_t bad = 0;
+    for (size_t i = 0; i < rows.size(); i++)
+        for (int n = 0; n < N; n++) {
+            const double g = got[size_t(rows[i]) * N + n], r = ref[i * N + n], d = g - r;
+            num += d * d, den += r * r;
+            if (std::fabs(d) > 1e-4 * maxref && bad++ < 5)
+                ADD_FAILURE() << what << ": y[" << rows[i] << ", " << n << "] " << g << " vs " << r;
+        }
+    const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    std::printf("[ gemm_fp8 ] %-40s rows checked %5zu  rel err %.3g\n", what.c_str(), rows.size(), rel);
+    EXPECT_LE(rel, 1e-5) << what;
+}
+
+class CudaGemmFp8 : public ::testing::Test {
+protected:
+    void SetUp() override {
+        auto d = cuda::query_device();
+        if (!d) GTEST_SKIP() << d.status().to_string();
+        dev_ = d.value();
+    }
+    cuda::device_info dev_;
+
+    // Runs one case and checks it against the CPU reference on every row (small M) or on a
+    // sample of rows (large M); with `timed`, prints the rate. Returns y.
+    std::vector<float> check(const spec &s, bool timed = false) {
+        const auto q = s.fp4 ? testing_util::random_mxfp4(s.N, s.K, uint32_t(s.N * 7 + s.K))
+                             : testing_util::random_fp8_block(s.N, s.K, s.block, s.block, uint32_t(s.N * 3 + s.K));
+        const std::vector<float> x = make_x(s.M, s.K, uint32_t(s.M + s.K));
+        gpu_case g(dev_, s, q, x);
+        const std::vector<float> y = g.run();
+        for (size_t i = 0; i < y.size(); i++)
+            if (!std::isfinite(y[i])) {
+                ADD_FAILURE() << s.what() << ": y[" << i / s.N << ", " << i % s.N << "] not written (NaN poison)";
+                return y;
+            }
+        std::vector<int> rows;
+        if (s.M <= 128) {
+            for (int m = 0; m < s.M; m++) rows.push_back(m);
+        } else {
+            for (int m = 0; m < s.M; m++)
+                if (m < 8 || m % 61 == 0 || m >= s.M - 8) rows.push_back(m);
+        }
+        std::vector<float> xq(rows.size() * size_t(s.K));
+        for (size_t i = 0; i < rows.size(); i++)
+            std::memcpy(xq.data() + i * s.K, x.data() + size_t(rows[i]) * s.K, size_t(s.K) * 4);
+        cpu::fake_quant_fp8_ue8m0(xq.data(), int64_t(rows.size()), s.K, s.act_block);  // rows are independent
+        std::vector<float> ref(rows.size() * size_t(s.N));
+        cpu::matmul_nt(xq.data(), q.dequant.data(), ref.data(), int64_t(rows.size()), s.N, s.K);
+        compare_rows(y, ref, rows, s.N, s.what());
+        if (timed) {
+            const double t = g.seconds_per_run(5);
+            const double tflops = 2.0 * s.M * s.N * s.K / t * 1e-12;
+            std::printf("[ gemm_fp8 ] %-40s %8.1f us  %6.1f TFLOP/s  %5.1f%% of %.0f TFLOP/s dense FP8\n", s.what().c_str(),
+                        t * 1e6, tflops, 100.0 * tflops / PEAK_TFLOPS, PEAK_TFLOPS);
+            // The runs after the first give the same bits (no state carried between runs).
+            const std::vector<float> again = g.run();
+            EXPECT_EQ(std::memcmp(again.data(), y.data(), y.size() * 4), 0) << s.what() << ": a second run differs";
+        }
+        return y;
+    }
+};
+
+TEST_F(CudaGemmFp8, small_ragged_shapes) {
+    for (bool fp4 : {false, true})
+        for (int M : {1, 17, 100})
+            for (auto [N, K] : {std::pair{37, 64}, std::pair{300, 96}, std::pair{257, 160}}) check({fp4, M, N, K, 32, 32});
+    check({false, 17, 200, 256, 128, 128});  // V4 grid
+    check({true, 5, 77, 384, 32, 128});      // V4 expert blocks
+    check({false, 130, 513, 384, 128, 32});  // 128-grid weights with 32-channel activations
+}
+
+TEST_F(CudaGemmFp8, v41_prefill_shapes) {
+    check({false, 2048, 32768, 1280, 32, 32}, true);  // wq_b
+    check({true, 2048, 2304, 5120, 32, 32}, true);    // routed expert w1 / w3
+    check({true, 2048, 5120, 2304, 32, 32}, true);    // routed expert w2
+    check({false, 2048, 5120, 8192, 32, 32}, true);   // wo_b
+}
+
+TEST_F(CudaGemmFp8, v4_prefill_shapes) {
+    check({false, 1024, 32768, 1024, 128, 128}, true);  // wq_b
+    check({true, 1024, 2048, 4096, 32, 128}, true);     // routed expert w1
+}
+
+// Row m's bits do not depend on M: the first rows of a 2048-row run equal the same rows run
+// alone (no split K, one k order per output).
+TEST_F(CudaGemmFp8, rows_do_not_depend_on_batch) {
+    for (bool fp4 : {false, true}) {
+        const int N = 1000, K = 1280, M = 2048;
+        const auto q = fp4 ? testing_util::random_mxfp4(N, K, 11) : testing_util::random_fp8_block(N, K, 32, 32, 11);
+        const std::vector<float> x = make_x(M, K, 12);
+        const spec big{fp4, M, N, K, 32, 32};
+        const std::vector<float> y_big = gpu_case(dev_, big, q, x).run();
+        for (int m : {1, 37, 129}) {
+            const spec small{fp4, m, N, K, 32, 32};
+            const std::vector<float> xs(x.begin(), x.begin() + size_t(m) * K);
+            const std::vector<float> y = gpu_case(dev_, small, q, xs).run();
+            EXPECT_EQ(std::memcmp(y.data(), y_big.data(), y.size() * 4), 0) << big.what() << ": first " << m << " rows differ";
+        }
+    }
+}
+
+TEST_F(CudaGemmFp8, rejects_unsupported_shapes) {
+    cuda::gemm_fp8_args a;
+    a.M = 4, a.N = 8, a.K = 40;
+    EXPECT_EQ(cuda::run_gemm_fp8(dev_, a, nullptr, 0).code(), status_code::NOT_SUPPORTED);
+    a.K = 64, a.act_block = 64;
+    EXPECT_EQ(cuda::run_gemm_fp8(dev_, a, nullptr, 0).code(), status_code::NOT_SUPPORTED);
+    a.act_block = 128;  // K % act_block != 0
+    EXPECT_EQ(cuda::run_gemm_fp8(dev_, a, nullptr, 0).code(), status_code::NOT_SUPPORTED);
+    a.act_block = 32, a.block_out = 16;
+    EXPECT_EQ(cuda::run_gemm_fp8(dev_, a, nullptr, 0).code(), status_code::NOT_SUPPORTED);
+    a.block_out = 32;  // null pointers
+    EXPECT_EQ(cuda::run_gemm_fp8(dev_, a, nullptr, 0).code(), status_code::INVALID_ARGUMENT);
+}
+
+}  // namespace
