@@ -135,7 +135,7 @@ protected:
         std::printf("[ exl3 dq  ] %-44s %zu weights bit-exact: %s\n", label(w, 0).c_str(), got.size(), bad ? "NO" : "yes");
     }
 
-    // All (weight, M) pairs in one plan and one launch; x shared where `share_x` says so.
+    // All (weight, M) pairs in one plan and one launch; matrix i takes matrix x_of[i]'s x.
     void run_batch(const std::vector<const exl3_weight *> &ws, const std::vector<int> &Ms, const std::vector<int> &x_of = {}) {
         std::vector<std::vector<float>> xs;
         std::vector<std::unique_ptr<dev_buf>> bufs;
@@ -160,9 +160,16 @@ protected:
             }
             refs.push_back(cpu_forward(w, xs.back(), M));
             cuda::exl3_matrix m;
-            m.trellis = static_cast<const uint16_t *>(up(w.trellis.data(), w.trellis.size() * 2));
-            m.suh = static_cast<const uint16_t *>(up(w.suh.data(), w.suh.size() * 2));
-            m.svh = static_cast<const uint16_t *>(up(w.svh.data(), w.svh.size() * 2));
+            size_t same = i;  // a weight listed twice is uploaded once (same suh pointer: shared rotation)
+            for (size_t k = 0; k < i && same == i; k++)
+                if (ws[k] == ws[i]) same = k;
+            if (same != i) {
+                m.trellis = mats[same].trellis, m.suh = mats[same].suh, m.svh = mats[same].svh;
+            } else {
+                m.trellis = static_cast<const uint16_t *>(up(w.trellis.data(), w.trellis.size() * 2));
+                m.suh = static_cast<const uint16_t *>(up(w.suh.data(), w.suh.size() * 2));
+                m.svh = static_cast<const uint16_t *>(up(w.svh.data(), w.svh.size() * 2));
+            }
             m.in = w.in, m.out = w.out, m.k = w.k, m.cb = w.cb, m.M = M;
             m.x = dx.back();
             bufs.push_back(std::make_unique<dev_buf>(refs.back().size() * 4));
@@ -171,6 +178,11 @@ protected:
         }
         auto plan = cuda::plan_exl3_gemv(dev_, mats);
         ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+        for (size_t i = 0; i < mats.size(); i++)
+            for (size_t k = 0; k < i; k++)
+                if (mats[k].x == mats[i].x && mats[k].suh == mats[i].suh) {
+                    EXPECT_EQ(plan->x_offset[i], plan->x_offset[k]) << "matrices " << k << " and " << i << " share x and suh";
+                }
         const size_t wsb = std::max<size_t>(plan->workspace_bytes, 1);
         dev_buf work(wsb);
         cudaMemset(work.p, 0, wsb);
