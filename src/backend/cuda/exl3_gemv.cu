@@ -51,7 +51,8 @@ constexpr int WARPS = 8;  // one per 16-column tile of a 128-output block
 constexpr int THREADS = WARPS * 32;
 constexpr int MAX_JOBS = 24;    // matrices per launch (kernel parameter space)
 constexpr int MIN_KT = 8;       // thinnest K slice, in 16-row tiles
-constexpr int MAX_KSPLIT = 24;  // bounds the serial partial sum of the last CTA
+constexpr int MAX_KSPLIT = 24;  // bounds the partial sum of the last CTA ...
+constexpr int MAX_SLICE_ROWS = 128;  // ... as does slices x tokens (64 KB of partials per block)
 constexpr int U = 4;            // tiles per pipeline group (loads of the next group overlap the decode)
 constexpr int SPITCH = 128 + 4;
 constexpr float HNORM = 0.08838834764831845f;  // 1 / sqrt(128)
@@ -290,11 +291,30 @@ __global__ void __launch_bounds__(THREADS) exl3_gemv_kernel(const __grid_constan
         __syncthreads();
         if (!s_last) return;
         __threadfence();
-        const float *first = J.partials + size_t(nb) * J.ksplit * M * 128;
-        for (int e = threadIdx.x; e < M * 128; e += THREADS) {
-            float s = 0.0f;
-            for (int t = 0; t < J.ksplit; t++) s += __ldcg(first + size_t(t) * M * 128 + e);
-            sacc[e >> 7][e & 127] = s;
+        // Sum in slice order (deterministic); 4 slices x 8 elements of loads in flight per thread.
+        const int n = M * 128;
+        const float *first = J.partials + size_t(nb) * J.ksplit * n;
+        constexpr int E = 16 * 128 / THREADS;
+        float sum[E] = {};
+        for (int t0 = 0; t0 < J.ksplit; t0 += 4) {
+            float v[4][E];
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+#pragma unroll
+                for (int i = 0; i < E; i++) {
+                    const int e = threadIdx.x + i * THREADS;
+                    v[u][i] = t0 + u < J.ksplit && e < n ? __ldcg(first + size_t(t0 + u) * n + e) : 0.0f;
+                }
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+#pragma unroll
+                for (int i = 0; i < E; i++)
+                    if (t0 + u < J.ksplit) sum[i] += v[u][i];
+        }
+#pragma unroll
+        for (int i = 0; i < E; i++) {
+            const int e = threadIdx.x + i * THREADS;
+            if (e < n) sacc[e >> 7][e & 127] = sum[i];
         }
         if (threadIdx.x == 0) J.counters[nb] = 0;
         __syncthreads();
@@ -396,7 +416,7 @@ Result<exl3_plan> plan_exl3_gemv(const device_info &dev, const std::vector<exl3_
     size_t counters = 0, partials = 0;
     for (const exl3_matrix &m : plan.mats) {
         const int kt = m.in / 16;
-        int ks = std::max(1, std::min({want, MAX_KSPLIT, kt / MIN_KT}));
+        int ks = std::max(1, std::min({want, MAX_KSPLIT, kt / MIN_KT, MAX_SLICE_ROWS / m.M}));
         const int per = (kt + ks - 1) / ks;
         ks = (kt + per - 1) / per;
         plan.ksplit.push_back(ks);
