@@ -2,14 +2,16 @@
 // the device, step for step in the same order and with the same rounding points, so the CPU
 // reference is this engine's oracle (tests/cuda_engine). Built as engine/cuda/v41_gpu.cpp is:
 // weights as the checkpoint stores them (device_model), all sequences of a step as one set of
-// rows (step_rows), the state-owning steps (compressors, indexer, window ring) sequence by
+// rows (step_rows): the row-wise ops (projections, norms, mHC, RoPE, QAT, attention, MoE) over
+// every row at once, the state-owning steps (window pooling, index scores and selection,
+// window ring) sequence by sequence, with one host round trip per layer and step, not per
 // sequence.
 //
 // Sequence state: the window ring of every layer and the compressed entries / index keys live
 // on the device (fp32 rows); the compressors' open windows live on the host (see below).
 //
-// What runs on the host, on rows brought back (each a synchronisation, and the reasons this
-// engine is not captured in a CUDA graph):
+// What runs on the host, on rows brought back (each a synchronisation per layer, and the
+// reasons this engine is not captured in a CUDA graph):
 //  - the compressors' window pooling (engine/v4_steps compress_pool): V4's overlapping windows
 //    (the previous window's Ca half pooled with this one's Cb half) have no GPU kernel yet; the
 //    wkv / wgate projections come back, the latents go up again for the norm, RoPE and QAT;
@@ -341,100 +343,135 @@ private:
         return cuda::hc_collapse(X, pre_d->f(), S, hc, c_.dim, official_, x, st());
     }
 
-    // ---- a compressor (spec 3.5; v4_model compress()) over one sequence's n rows ----
-    // The projections run here, the window pooling on the host (v4_steps), then the entry's
-    // norm, RoPE at position w*m and, OFFICIAL, the main compressor's FP8 QAT of its nope dims
-    // or the indexer's Hadamard + FP4 QAT (`rotate`), before it joins the entries.
-    Status compress(const compressor_dev &cw, comp_seq &cs, const float *x, int64_t n, int64_t d, int ratio,
-                    bool overlap, bool rotate) const {
-        const int64_t cd = (overlap ? 2 : 1) * d;
-        dtemp kv = m_->temp_f32(n * cd), gate = m_->temp_f32(n * cd);
-        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&cw.wkv, x, kv.f()}, {&cw.wgate, x, gate.f()}}, n, lin::F32));
-        std::vector<float> kh(static_cast<size_t>(n * cd)), gh(static_cast<size_t>(n * cd));
+    // ---- a compressor (spec 3.5; v4_model compress()) over the step's rows ----
+    // The projections of every row in one launch and one download; the window pooling per
+    // sequence on the host (v4_steps); then the emitted entries of all sequences together
+    // through the norm, RoPE at position w*m and, OFFICIAL, the main compressor's FP8 QAT of its
+    // nope dims or the indexer's Hadamard + FP4 QAT (`rotate`); each joins its sequence's entries.
+    // cs[i]: sequence i's compressor state.
+    Status compress(const compressor_dev &cw, const std::vector<comp_seq *> &cs, const step_rows &B, const float *x,
+                    int64_t d, int ratio, bool overlap, bool rotate) const {
+        const int64_t S = B.rows, cd = (overlap ? 2 : 1) * d;
+        dtemp kv = m_->temp_f32(S * cd), gate = m_->temp_f32(S * cd);
+        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&cw.wkv, x, kv.f()}, {&cw.wgate, x, gate.f()}}, S, lin::F32));
+        std::vector<float> kh(static_cast<size_t>(S * cd)), gh(static_cast<size_t>(S * cd));
         DS41RT_RETURN_IF_ERROR(m_->to_host_pair(kh.data(), kv.f(), kh.size() * sizeof(float), gh.data(), gate.f(),
                                                 gh.size() * sizeof(float)));
-        int64_t groups = 0;
-        std::vector<float> latent = v4::compress_pool(cs.open, kh.data(), gh.data(), n, d, ratio, overlap, cw.ape.f(), &groups);
-        if (groups == 0) return Status::ok();
-        auto lt = upload_temp(latent.data(), latent.size() * sizeof(float));
+        std::vector<float> latents;
+        std::vector<int64_t> pos, groups(B.seq.size(), 0);
+        for (size_t i = 0; i < B.seq.size(); i++) {
+            const int64_t o = B.off[i];
+            std::vector<float> lat = v4::compress_pool(cs[i]->open, kh.data() + o * cd, gh.data() + o * cd, B.n[i], d,
+                                                       ratio, overlap, cw.ape.f(), &groups[i]);
+            latents.insert(latents.end(), lat.begin(), lat.end());
+            for (int64_t g = 0; g < groups[i]; g++) pos.push_back((cs[i]->entries.rows + g) * ratio);
+        }
+        const int64_t G = int64_t(pos.size());
+        if (G == 0) return Status::ok();
+        auto lt = upload_temp(latents.data(), latents.size() * sizeof(float));
         if (!lt) return lt.status();
-        float *e = lt->f();
-        if (official_) DS41RT_RETURN_IF_ERROR(cuda::round_bf16_inplace(e, groups * d, st()));
-        DS41RT_RETURN_IF_ERROR(norm(e, cw.norm, groups, d));
-        std::vector<int64_t> pos(static_cast<size_t>(groups));
-        for (int64_t g = 0; g < groups; g++) pos[size_t(g)] = (cs.entries.rows + g) * ratio;
         auto pos_d = upload_temp(pos.data(), pos.size() * sizeof(int64_t));
         if (!pos_d) return pos_d.status();
-        DS41RT_RETURN_IF_ERROR(rope(e, groups, d, pos_d->as<int64_t>(), 1, inv_compress_, false));
+        float *e = lt->f();
+        if (official_) DS41RT_RETURN_IF_ERROR(cuda::round_bf16_inplace(e, G * d, st()));
+        DS41RT_RETURN_IF_ERROR(norm(e, cw.norm, G, d));
+        DS41RT_RETURN_IF_ERROR(rope(e, G, d, pos_d->as<int64_t>(), 1, inv_compress_, false));
         if (official_) {
             if (rotate)
-                DS41RT_RETURN_IF_ERROR(cuda::rotate_fake_quant_fp4_ue8m0(e, groups, d, FP4_QAT_BLOCK, st()));
+                DS41RT_RETURN_IF_ERROR(cuda::rotate_fake_quant_fp4_ue8m0(e, G, d, FP4_QAT_BLOCK, st()));
             else
-                DS41RT_RETURN_IF_ERROR(
-                    cuda::fake_quant_fp8_ue8m0_cols(e, groups, d, d - c_.rope_head_dim, KV_QAT_BLOCK, st()));
+                DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp8_ue8m0_cols(e, G, d, d - c_.rope_head_dim, KV_QAT_BLOCK, st()));
         }
-        return append(cs.entries, e, groups);
+        for (size_t i = 0, g0 = 0; i < B.seq.size(); g0 += size_t(groups[i]), i++)
+            DS41RT_RETURN_IF_ERROR(append(cs[i]->entries, e + int64_t(g0) * d, groups[i]));
+        return Status::ok();
     }
 
     // ---- the lightning indexer of a CSA layer (spec 3.8; v4_model indexer()) ----
-    // Its own overlap compressor at index_head_dim, then per query the top index_topk visible
-    // entries by score. x, qr, pos_d: this sequence's rows. topk: one pick list per row.
-    Status indexer(const layer_dev &L, int layer, seq_dev &sq, const float *x, const float *qr, const int64_t *pos_d,
-                   int64_t p0, int64_t n, std::vector<std::vector<int32_t>> *topk) const {
+    // Its own overlap compressor at index_head_dim (run by the caller), then per query the top
+    // index_topk visible entries by score. The projections run over all rows of the step, the
+    // scores and selections per sequence (each has its own keys), and their results come back
+    // in one download. qr: [S, q_lora_rank]. topk[i]: sequence i's pick list per row.
+    Status indexer(const layer_dev &L, int layer, const step_rows &B, const float *x, const float *qr,
+                   std::vector<std::vector<std::vector<int32_t>>> *topk) const {
         const int ratio = c_.ratio(layer);
-        const int64_t ihd = c_.index_head_dim, ih = c_.index_n_heads;
-        comp_seq &ic = sq.icomp[size_t(layer)];
-        DS41RT_RETURN_IF_ERROR(compress(L.icomp, ic, x, n, ihd, ratio, true, true));
-        const int64_t T = ic.entries.rows;
-        topk->assign(size_t(n), {});
-        if (T == 0) return Status::ok();
+        const int64_t ihd = c_.index_head_dim, ih = c_.index_n_heads, S = B.rows;
+        const size_t nseq = B.seq.size();
+        std::vector<int64_t> T(nseq), k(nseq);
+        int64_t kmax = 0;
+        for (size_t i = 0; i < nseq; i++) {
+            (*topk)[i].assign(size_t(B.n[i]), {});
+            T[i] = B.seq[i]->icomp[size_t(layer)].entries.rows;
+            k[i] = std::min<int64_t>(c_.index_topk, T[i]);
+            kmax = std::max(kmax, k[i]);
+        }
+        if (kmax == 0) return Status::ok();  // no sequence has an entry to select yet
 
-        dtemp q = m_->temp_f32(n * ih * ihd), w = m_->temp_f32(n * ih);
-        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.i_wq_b, qr, q.f(), n, lin::FP8));
-        DS41RT_RETURN_IF_ERROR(rope(q.f(), n * ih, ihd, pos_d, ih, inv_compress_, false));
-        if (official_) DS41RT_RETURN_IF_ERROR(cuda::rotate_fake_quant_fp4_ue8m0(q.f(), n * ih, ihd, FP4_QAT_BLOCK, st()));
-        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.i_weights_proj, x, w.f(), n, lin::BF16));
+        dtemp q = m_->temp_f32(S * ih * ihd), w = m_->temp_f32(S * ih);
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.i_wq_b, qr, q.f(), S, lin::FP8));
+        DS41RT_RETURN_IF_ERROR(rope(q.f(), S * ih, ihd, B.pos_d, ih, inv_compress_, false));
+        if (official_) DS41RT_RETURN_IF_ERROR(cuda::rotate_fake_quant_fp4_ue8m0(q.f(), S * ih, ihd, FP4_QAT_BLOCK, st()));
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.i_weights_proj, x, w.f(), S, lin::BF16));
 
         // The kernel's two numerics branches are V4's: TRANSFORMERS (relu(dot) * qk_scale) *
         // (w * head_scale) in fp32; OFFICIAL bf16(w * (qk_scale * head_scale)) first, then the
         // bf16 einsum / relu / product and the bf16 head sum.
-        cuda::index_score_params ip;
-        ip.S = n;
-        ip.T = T;
-        ip.ih = int(ih);
-        ip.ihd = int(ihd);
-        ip.p0 = p0;
-        ip.ratio = ratio;
-        ip.qk_scale = 1.0f / std::sqrt(float(ihd));
-        ip.head_scale = 1.0f / std::sqrt(float(ih));
-        ip.official = official_;
-        dtemp scores_d = m_->temp_f32(n * T);
-        DS41RT_RETURN_IF_ERROR(cuda::index_scores(q.f(), ic.entries.buf.f(), w.f(), ip, scores_d.f(), st()));
-        const int64_t k = std::min<int64_t>(c_.index_topk, T);
+        std::vector<int64_t> score_off(nseq + 1, 0);
+        for (size_t i = 0; i < nseq; i++) score_off[i + 1] = score_off[i] + B.n[i] * T[i];
+        dtemp scores_d = m_->temp_f32(std::max<int64_t>(score_off[nseq], 1));
+        // OFFICIAL: lower-index ties, so the selection runs on the device and only the picks come
+        // back (sequence i's [n, k_i] picks at row offset off[i] of a [S, kmax] block).
+        dtemp idx, cnt;
         if (official_) {
-            // Lower-index ties: the selection runs on the device; only the picks come back.
-            dtemp idx = m_->temp(size_t(n * k) * sizeof(int32_t)), cnt = m_->temp(size_t(n) * sizeof(int32_t));
-            DS41RT_RETURN_IF_ERROR(
-                cuda::topk_lower_index(scores_d.f(), n, T, T, int(k), idx.as<int32_t>(), cnt.as<int32_t>(), st()));
-            std::vector<int32_t> ih_(static_cast<size_t>(n * k)), ch(static_cast<size_t>(n));
+            idx = m_->temp(size_t(S * kmax) * sizeof(int32_t));
+            cnt = m_->temp(size_t(S) * sizeof(int32_t));
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(cnt.as<void>(), 0, size_t(S) * sizeof(int32_t), st()));
+        }
+        for (size_t i = 0; i < nseq; i++) {
+            if (T[i] == 0) continue;
+            const int64_t o = B.off[i], n = B.n[i];
+            cuda::index_score_params ip;
+            ip.S = n;
+            ip.T = T[i];
+            ip.ih = int(ih);
+            ip.ihd = int(ihd);
+            ip.p0 = B.p0[i];
+            ip.ratio = ratio;
+            ip.qk_scale = 1.0f / std::sqrt(float(ihd));
+            ip.head_scale = 1.0f / std::sqrt(float(ih));
+            ip.official = official_;
+            float *sc = scores_d.f() + score_off[i];
+            DS41RT_RETURN_IF_ERROR(cuda::index_scores(q.f() + o * ih * ihd, B.seq[i]->icomp[size_t(layer)].entries.buf.f(),
+                                                      w.f() + o * ih, ip, sc, st()));
+            if (official_)
+                DS41RT_RETURN_IF_ERROR(cuda::topk_lower_index(sc, n, T[i], T[i], int(k[i]), idx.as<int32_t>() + o * kmax,
+                                                              cnt.as<int32_t>() + o, st()));
+        }
+        if (official_) {
+            std::vector<int32_t> ih_(static_cast<size_t>(S * kmax)), ch(static_cast<size_t>(S));
             DS41RT_RETURN_IF_ERROR(m_->to_host_pair(ih_.data(), idx.as<void>(), ih_.size() * sizeof(int32_t), ch.data(),
                                                     cnt.as<void>(), ch.size() * sizeof(int32_t)));
-            for (int64_t r = 0; r < n; r++)
-                (*topk)[size_t(r)].assign(ih_.begin() + r * k, ih_.begin() + r * k + ch[size_t(r)]);
+            for (size_t i = 0; i < nseq; i++) {
+                const int32_t *base = ih_.data() + B.off[i] * kmax;
+                for (int64_t r = 0; r < B.n[i]; r++)
+                    (*topk)[i][size_t(r)].assign(base + r * k[i], base + r * k[i] + ch[size_t(B.off[i] + r)]);
+            }
             return Status::ok();
         }
         // TRANSFORMERS: torch's tie order has no GPU twin; the scores come back for the host's top-k.
         Status s;
-        std::vector<float> scores = download(scores_d.f(), n * T, &s);
+        std::vector<float> scores = download(scores_d.f(), score_off[nseq], &s);
         DS41RT_RETURN_IF_ERROR(s);
-        for (int64_t r = 0; r < n; r++)
-            for (int64_t t : top_indices(scores.data() + r * T, T, k)) (*topk)[size_t(r)].push_back(int32_t(t));
+        for (size_t i = 0; i < nseq; i++)
+            for (int64_t r = 0; r < B.n[i] && T[i] > 0; r++)
+                for (int64_t t : top_indices(scores.data() + score_off[i] + r * T[i], T[i], k[i]))
+                    (*topk)[i][size_t(r)].push_back(int32_t(t));
         return Status::ok();
     }
 
     // ---- attention (spec 3.4-3.8) ----
     Status attention(const layer_dev &L, int layer, const step_rows &B, const float *x, float *out) const {
-        const int64_t H = c_.n_heads, hd = c_.head_dim, W = c_.window, qlr = c_.q_lora_rank, S = B.rows, D = c_.dim;
+        const int64_t H = c_.n_heads, hd = c_.head_dim, W = c_.window, qlr = c_.q_lora_rank, S = B.rows;
         const int ratio = c_.ratio(layer);
         const bool csa = ratio > 0 && c_.is_index_source(layer);
         const int64_t *pos_d = B.pos_d;
@@ -464,13 +501,15 @@ private:
         std::vector<std::vector<std::vector<int32_t>>> topk(B.seq.size());
         if (ratio > 0) {
             begin("attn.compress+index");
-            for (size_t i = 0; i < B.seq.size(); i++) {
-                seq_dev &sq = *B.seq[i];
-                const int64_t o = B.off[i], n = B.n[i];
-                DS41RT_RETURN_IF_ERROR(compress(L.comp, sq.comp[size_t(layer)], x + o * D, n, hd, ratio, csa, false));
-                if (csa)
-                    DS41RT_RETURN_IF_ERROR(
-                        indexer(L, layer, sq, x + o * D, qr.f() + o * qlr, pos_d + o, B.p0[i], n, &topk[i]));
+            std::vector<comp_seq *> mains, indexes;
+            for (seq_dev *sq : B.seq) {
+                mains.push_back(&sq->comp[size_t(layer)]);
+                indexes.push_back(&sq->icomp[size_t(layer)]);
+            }
+            DS41RT_RETURN_IF_ERROR(compress(L.comp, mains, B, x, hd, ratio, csa, false));
+            if (csa) {
+                DS41RT_RETURN_IF_ERROR(compress(L.icomp, indexes, B, x, c_.index_head_dim, ratio, true, true));
+                DS41RT_RETURN_IF_ERROR(indexer(L, layer, B, x, qr.f(), &topk));
             }
             end();
         }
