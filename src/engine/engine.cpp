@@ -7,6 +7,7 @@
 #include "engine/v41_model.h"
 #ifdef DS41RT_HAVE_CUDA
 #include "engine/cuda/v41_gpu.h"
+#include "engine/cuda/v4_gpu.h"
 #endif
 #include "engine/v4_model.h"
 #include "io/safetensors.h"
@@ -69,7 +70,15 @@ Result<std::unique_ptr<engine>> engine::open(const std::string &dir, const engin
         return make_v41_engine(c, src, tables, opt);
     }
     case model::arch::V4:
-        if (opt.backend == backend_kind::CUDA) return Status::not_supported("V4 Flash has no GPU forward pass yet");
+        if (opt.backend == backend_kind::CUDA) {
+#ifdef DS41RT_HAVE_CUDA
+            auto m = gpu::device_model::make(w, opt.mode == numerics::OFFICIAL);
+            if (!m) return m.status();
+            return gpu::make_v4_gpu_engine(std::move(m.value()), opt);
+#else
+            return Status::not_supported("this build has no CUDA backend (built without nvcc)");
+#endif
+        }
         return make_v4_engine(c, src, opt);
     }
     return Status::internal("unknown architecture");
@@ -79,7 +88,6 @@ Result<std::unique_ptr<engine>> engine::open_dummy(const model::model_config &c,
                                                    const engine_options &opt) {
     if (opt.backend != backend_kind::CUDA)
         return Status::not_supported("dummy weights are generated on the GPU: use the CUDA backend");
-    if (c.model_arch != model::arch::V41) return Status::not_supported("V4 Flash has no GPU forward pass yet");
 #ifdef DS41RT_HAVE_CUDA
     auto plan = model::plan_dummy_weights(c, layers);
     if (!plan) return plan.status();
@@ -95,6 +103,7 @@ Result<std::unique_ptr<engine>> engine::open_dummy(const model::model_config &c,
     }
     auto m = gpu::device_model::make_dummy(cut, std::move(plan.value()), seed, opt.mode == numerics::OFFICIAL);
     if (!m) return m.status();
+    if (c.model_arch == model::arch::V4) return gpu::make_v4_gpu_engine(std::move(m.value()), opt);
     return gpu::make_v41_gpu_engine(std::move(m.value()), tables, opt);
 #else
     (void)layers;

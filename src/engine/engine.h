@@ -32,7 +32,7 @@ namespace ds41rt::engine {
 //    quantization before every FP8/FP4 matmul, the same cache quantizations.
 enum class numerics { TRANSFORMERS, OFFICIAL };
 
-// Where the forward pass runs: the CPU reference, or the CUDA backend (V4.1 only so far; needs
+// Where the forward pass runs: the CPU reference, or the CUDA backend (V4.1 and V4; needs
 // a build with CUDA and a GPU).
 enum class backend_kind { CPU, CUDA };
 
@@ -67,7 +67,7 @@ public:
     static Result<std::unique_ptr<engine>> open(const std::string &dir, const engine_options &opt = {});
 
     // Full-size random weights of c's shapes in the official storage formats, filled on the GPU
-    // (`--load-format dummy`), the first `layers` layers only (-1: all). CUDA backend, V4.1.
+    // (`--load-format dummy`), the first `layers` layers only (-1: all). CUDA backend, V4.1 or V4.
     static Result<std::unique_ptr<engine>> open_dummy(const model::model_config &c, int layers, uint64_t seed,
                                                       const engine_options &opt);
 

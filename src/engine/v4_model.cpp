@@ -44,6 +44,7 @@
 #include "engine/output_projection.h"
 #include "engine/rope.h"
 #include "engine/topk.h"
+#include "engine/v4_steps.h"
 #include "experts/routed_experts.h"
 
 namespace ds41rt::engine {
@@ -162,16 +163,9 @@ Status load_weights(const model::model_config &c, const weight_source &src, mode
 
 // ---- per-sequence state (spec 4) ----------------------------------------------------------------
 
-// One compressor's running state. Tokens of the open window wait in buf_* (raw projections,
-// ape not yet added); with overlap, prev_* keeps the Ca half (kv and ape-biased gate) of the
-// last closed window, which the next window's entry pools over (spec 3.5, transformers'
-// overlap_kv / overlap_gate).
-struct comp_state {
-    std::vector<float> buf_kv, buf_gate;  // [n_buf, c*d]
-    int64_t n_buf = 0;
-    bool has_prev = false;
-    std::vector<float> prev_kv, prev_gate;  // [m, d]
-    std::vector<float> entries;             // [n_entries, d]: normed, RoPE'd
+// One compressor's running state: its open windows (engine/v4_steps) and the entries emitted.
+struct comp_state : v4::compressor_buffer {
+    std::vector<float> entries;  // [n_entries, d]: normed, RoPE'd
     int64_t n_entries = 0;
 };
 
@@ -297,74 +291,9 @@ private:
         std::vector<float> kv(S * cd), gate(S * cd);
         cpu::matmul_nt(x, cw.wkv.f(), kv.data(), S, cd, D);
         cpu::matmul_nt(x, cw.wgate.f(), gate.data(), S, cd, D);
-        st.buf_kv.insert(st.buf_kv.end(), kv.begin(), kv.end());
-        st.buf_gate.insert(st.buf_gate.end(), gate.begin(), gate.end());
-        st.n_buf += S;
-        const int64_t groups = st.n_buf / ratio;
+        int64_t groups = 0;
+        std::vector<float> latent = v4::compress_pool(st, kv.data(), gate.data(), S, d, ratio, overlap, cw.ape.f(), &groups);
         if (groups == 0) return;
-        const float *ape = cw.ape.f();
-        // Add the absolute-position bias: buffered windows start at multiples of m.
-        for (int64_t r = 0; r < groups * ratio; r++)
-            for (int64_t ch = 0; ch < cd; ch++) st.buf_gate[size_t(r * cd + ch)] += ape[(r % ratio) * cd + ch];
-        std::vector<float> latent(groups * d);
-        const int nslots = overlap ? 2 * ratio : ratio;
-        std::vector<const float *> skv(nslots), sgate(nslots);
-        std::vector<float> e(nslots);
-        for (int64_t g = 0; g < groups; g++) {
-            // Slot pointers (each row already offset to its half).
-            int n = 0;
-            if (overlap) {
-                const bool has_prev = g > 0 || st.has_prev;
-                if (has_prev)
-                    for (int t = 0; t < ratio; t++) {
-                        if (g > 0) {
-                            skv[n] = st.buf_kv.data() + ((g - 1) * ratio + t) * cd;  // Ca = [:d]
-                            sgate[n] = st.buf_gate.data() + ((g - 1) * ratio + t) * cd;
-                        } else {
-                            skv[n] = st.prev_kv.data() + t * d;
-                            sgate[n] = st.prev_gate.data() + t * d;
-                        }
-                        n++;
-                    }
-                for (int t = 0; t < ratio; t++) {  // Cb = [d:]
-                    skv[n] = st.buf_kv.data() + (g * ratio + t) * cd + d;
-                    sgate[n] = st.buf_gate.data() + (g * ratio + t) * cd + d;
-                    n++;
-                }
-            } else {
-                for (int t = 0; t < ratio; t++) {
-                    skv[n] = st.buf_kv.data() + (g * ratio + t) * cd;
-                    sgate[n] = st.buf_gate.data() + (g * ratio + t) * cd;
-                    n++;
-                }
-            }
-            for (int64_t ch = 0; ch < d; ch++) {
-                // Softmax over the slots, independently per channel, in fp32.
-                float mx = NEG_INF;
-                for (int i = 0; i < n; i++) mx = std::max(mx, sgate[i][ch]);
-                float den = 0;
-                for (int i = 0; i < n; i++) den += (e[i] = std::exp(sgate[i][ch] - mx));
-                float num = 0;
-                for (int i = 0; i < n; i++) num += skv[i][ch] * (e[i] / den);
-                latent[size_t(g * d + ch)] = num;
-            }
-        }
-        if (overlap) {  // keep the last closed window's Ca half for the next call
-            st.prev_kv.resize(size_t(ratio * d));
-            st.prev_gate.resize(size_t(ratio * d));
-            for (int t = 0; t < ratio; t++) {
-                const size_t row = size_t(((groups - 1) * ratio + t) * cd);
-                std::copy(st.buf_kv.begin() + long(row), st.buf_kv.begin() + long(row + d), st.prev_kv.begin() + t * d);
-                std::copy(st.buf_gate.begin() + long(row), st.buf_gate.begin() + long(row + d),
-                          st.prev_gate.begin() + t * d);
-            }
-            st.has_prev = true;
-        }
-        const size_t used = size_t(groups * ratio * cd);
-        st.buf_kv.erase(st.buf_kv.begin(), st.buf_kv.begin() + long(used));
-        st.buf_gate.erase(st.buf_gate.begin(), st.buf_gate.begin() + long(used));
-        st.n_buf -= groups * ratio;
-
         rb(latent.data(), groups * d);
         norm(latent.data(), cw.norm, groups, d);
         std::vector<int64_t> pos(groups);
@@ -563,35 +492,12 @@ private:
 
     Status moe(const layer_weights &L, int layer, const float *x, const std::vector<int32_t> &tokens, int64_t S,
                float *out) const {
-        const int64_t D = c_.dim, E = c_.n_routed_experts, K = c_.n_activated_experts;
+        const int64_t D = c_.dim, E = c_.n_routed_experts;
         const bool hash = layer < c_.n_hash_layers;
         std::vector<float> logits(S * E);
         cpu::matmul_nt(x, L.gate_w.f(), logits.data(), S, E, D);
-        cpu::route_table rt;
-        rt.offsets.push_back(0);
-        for (int64_t s = 0; s < S; s++) {
-            std::vector<float> score(E), biased(E);
-            for (int64_t e = 0; e < E; e++) {
-                const float v = logits[size_t(s * E + e)];
-                const float sp = v > 20.0f ? v : std::log1p(std::exp(v));  // torch softplus threshold
-                score[size_t(e)] = std::sqrt(sp);
-                if (!hash) biased[size_t(e)] = score[size_t(e)] + L.gate_bias.f()[e];
-            }
-            std::vector<int64_t> sel;
-            if (hash) {
-                // Hash layers: experts from tid2eid[token]; the learned gate still weights them.
-                const int32_t *row = L.tid2eid.data() + int64_t(tokens[size_t(s)]) * K;
-                sel.assign(row, row + K);
-            } else {
-                sel = top_indices(biased.data(), E, K);  // the bias steers selection only
-            }
-            // transformers deviation (4): always renormalised, with +1e-20 (OFFICIAL: without).
-            float sum = 0;
-            for (int64_t e : sel) sum += score[size_t(e)];
-            const float den = official_ ? sum : sum + 1e-20f;
-            for (int64_t e : sel) rt.routes.push_back({uint32_t(e), score[size_t(e)] / den * c_.route_scale});
-            rt.offsets.push_back(uint32_t(rt.routes.size()));
-        }
+        const cpu::route_table rt = v4::route(c_, logits.data(), S, hash ? L.tid2eid.data() : nullptr,
+                                              hash ? nullptr : L.gate_bias.f(), tokens.data(), official_);
         // fp32 accumulator: the routed experts (local or remote, summed per row in increasing
         // expert id; TP partials in rank order), then the shared one; one rounding.
         // The shared expert runs while a remote layer's ranks work (start .. finish).

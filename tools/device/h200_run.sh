@@ -2,8 +2,8 @@
 # The H200 run of the CUDA backend (issue 4), reproducible in one command on the device machine
 # from a bundle made by tools/device/bundle.sh: every GPU test (kernels against the CPU
 # reference), the GPU engine's fixture tests (against the CPU engine and transformers), and
-# `ds41rt bench` on full-size V4.1 dummy weights. Logs and bench.json / bench.md go to OUT.
-# Usage: tools/device/h200_run.sh OUT [BUILD_DIR] (env LAYERS: dummy layers, default 16; COMMIT)
+# `ds41rt bench` on full-size V4.1 and V4 dummy weights. Logs and bench.json / bench.md go to OUT.
+# Usage: tools/device/h200_run.sh OUT [BUILD_DIR] (env LAYERS / V4_LAYERS: dummy layers, default 16; COMMIT)
 set -uo pipefail
 OUT=${1:?usage: h200_run.sh OUT [BUILD_DIR]}
 B=${2:-build}
@@ -35,4 +35,6 @@ sys.exit(t[0] != t[1])
 PY
 "$D/ds41rt" bench --model-type v41 --layers "${LAYERS:-16}" --decode-steps 16 --concurrency 1,4,16 \
   --prefill 512,2048 --commit "${COMMIT:-unknown}" --out "$OUT/bench-v41" 2>&1 | tee "$OUT/bench-v41.log" | grep -v '^$' || rc=1
+"$D/ds41rt" bench --model-type v4 --layers "${V4_LAYERS:-16}" --decode-steps 16 --concurrency 1,4,16 \
+  --prefill 512,2048 --commit "${COMMIT:-unknown}" --out "$OUT/bench-v4" 2>&1 | tee "$OUT/bench-v4.log" | grep -v '^$' || rc=1
 exit $rc

@@ -193,8 +193,14 @@ Result<Tensor> device_model::host_f32(const std::string &name) const {
     auto t = dummy(name);
     if (!t) return t.status();
     backend::cpu::dummy_tensor_desc d = desc_of(*t.value());
-    d.format = backend::cpu::dummy_format::F32;
     Tensor out = Tensor::f32(t.value()->entry.shape);
+    if (d.format == backend::cpu::dummy_format::I64) {  // V4's tid2eid: ids as fp32, as model::weights::f32 gives
+        std::vector<int64_t> ids(static_cast<size_t>(out.numel()));
+        DS41RT_RETURN_IF_ERROR(backend::cpu::fill_dummy_host(d, ids.data(), nullptr, seed_));
+        for (size_t i = 0; i < ids.size(); i++) out.f()[i] = float(ids[i]);
+        return out;
+    }
+    d.format = backend::cpu::dummy_format::F32;
     DS41RT_RETURN_IF_ERROR(backend::cpu::fill_dummy_host(d, out.raw_mut(), nullptr, seed_));
     return out;
 }

@@ -1,0 +1,788 @@
+// DeepSeek V4 Flash on the GPU: the forward pass of engine/v4_model.cpp with its tensor ops on
+// the device, step for step in the same order and with the same rounding points, so the CPU
+// reference is this engine's oracle (tests/cuda_engine). Built as engine/cuda/v41_gpu.cpp is:
+// weights as the checkpoint stores them (device_model), all sequences of a step as one set of
+// rows (step_rows): the row-wise ops (projections, norms, mHC, RoPE, QAT, attention, MoE) over
+// every row at once, the state-owning steps (window pooling, index scores and selection,
+// window ring) sequence by sequence, with one host round trip per layer and step, not per
+// sequence.
+//
+// Sequence state: the window ring of every layer and the compressed entries / index keys live
+// on the device (fp32 rows); the compressors' open windows live on the host (see below).
+//
+// What runs on the host, on rows brought back (each a synchronisation per layer, and the
+// reasons this engine is not captured in a CUDA graph):
+//  - the compressors' window pooling (engine/v4_steps compress_pool): V4's overlapping windows
+//    (the previous window's Ca half pooled with this one's Cb half) have no GPU kernel yet; the
+//    wkv / wgate projections come back, the latents go up again for the norm, RoPE and QAT;
+//  - the router (v4_steps route: hash layers via tid2eid, sqrtsoftplus top-k for the rest) from
+//    the downloaded gate logits, planned on the host for the MoE decode kernels;
+//  - the indexer's picks (OFFICIAL: top-k on the device, the picks come back; TRANSFORMERS: the
+//    scores come back, since torch's tie order has no GPU twin), and the attention key lists,
+//    built on the host from the picks and the window positions it tracks;
+//  - hc_head's pre weights (sigmoid of hc_head_fn's mixes: hc numbers per row).
+// Differences from v4_model.cpp in arithmetic (all fp32 summation order): the GEMV / dense
+// products, the index-score dots (fp64 on the device, a sequential fp32 sum on the host) and
+// the gate logits (fp32 on the device, fp64 sums on the host).
+#include "engine/cuda/v4_gpu.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/cuda_status.h"
+#include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/embedding.cuh"
+#include "backend/cuda/fake_quant.cuh"
+#include "backend/cuda/indexer.cuh"
+#include "backend/cuda/mhc.cuh"
+#include "backend/cuda/moe_decode.cuh"
+#include "backend/cuda/norm.cuh"
+#include "backend/cuda/rope.cuh"
+#include "backend/cuda/swiglu.cuh"
+#include "backend/cuda/topk.cuh"
+#include "backend/cpu/ops.h"
+#include "engine/cpu_engine.h"
+#include "engine/cuda/section_timer.h"
+#include "engine/rope.h"
+#include "engine/topk.h"
+#include "engine/v4_steps.h"
+
+namespace ds41rt::engine::gpu {
+
+namespace cuda = backend::cuda;
+using backend::cpu::lin;
+
+namespace {
+
+constexpr int64_t KV_QAT_BLOCK = 64;   // FP8 QAT of the nope dims (spec 3.4, 3.5)
+constexpr int64_t FP4_QAT_BLOCK = 32;  // FP4 QAT of indexer q / keys (spec 2.1)
+
+// ---- weights on the device -------------------------------------------------------------------
+
+struct compressor_dev {
+    dlinear wkv, wgate;          // [c*d, D]
+    const float *norm = nullptr;  // [d]
+    Tensor ape;                   // host [m, c*d]: the pooling runs on the host
+};
+
+struct layer_dev {
+    const float *attn_norm = nullptr, *ffn_norm = nullptr;
+    const float *hc_attn_fn = nullptr, *hc_attn_base = nullptr, *hc_attn_scale = nullptr;
+    const float *hc_ffn_fn = nullptr, *hc_ffn_base = nullptr, *hc_ffn_scale = nullptr;
+    const float *attn_sink = nullptr, *q_norm = nullptr, *kv_norm = nullptr;
+    dlinear wq_a, wq_b, wkv, wo_a, wo_b;
+    compressor_dev comp;   // ratio > 0 (CSA and HCA)
+    compressor_dev icomp;  // CSA: the indexer's own compressor
+    dlinear i_wq_b, i_weights_proj;
+    dlinear gate_w;
+    Tensor gate_bias;              // host, learned-routing layers: the router runs in v4_steps
+    std::vector<int32_t> tid2eid;  // host, hash layers: [vocab, n_activated_experts]
+    dlinear sw1, sw2, sw3;
+    cuda::moe_layer moe;
+};
+
+// ---- sequence state ----------------------------------------------------------------------------
+
+// Rows of a fixed width that grow at the end (compressed entries, index keys).
+struct dev_rows {
+    dtemp buf;
+    int64_t rows = 0, cap = 0, width = 0;
+};
+
+struct comp_seq {
+    v4::compressor_buffer open;  // host: the open windows
+    dev_rows entries;            // device: normed, RoPE'd (and QAT'd under OFFICIAL) entries
+};
+
+struct seq_dev {
+    int64_t len = 0;
+    std::vector<dtemp> ring;                     // per layer [window, head_dim]
+    std::vector<std::vector<int64_t>> ring_pos;  // per layer [window], -1 = empty
+    std::vector<comp_seq> comp, icomp;           // per layer (used where ratio > 0 / CSA)
+};
+
+struct mixes_dev {
+    dtemp pre, post, comb;
+};
+
+// The rows of one step: the new tokens of several sequences, concatenated (as in v41_gpu).
+struct step_rows {
+    std::vector<seq_dev *> seq;
+    std::vector<int64_t> off, n, p0;  // per sequence
+    int64_t rows = 0;
+    const int64_t *pos_d = nullptr;  // [rows] device positions
+};
+
+class v4_gpu final : public cpu_engine<seq_dev> {
+public:
+    v4_gpu(std::unique_ptr<device_model> m, bool profile)
+        : m_(std::move(m)), c_(m_->config()), official_(m_->official()), prof_(profile) {}
+    // The sequences' device state is freed on the model's stream, which must outlive it.
+    ~v4_gpu() override { clear_sequences(); }
+
+    Status load() {
+        auto &m = *m_;
+        auto lin_ = [&](const std::string &n, dlinear *out) -> Status {
+            auto r = m.linear(n);
+            if (!r) return r.status();
+            *out = r.value();
+            return Status::ok();
+        };
+        auto vec_ = [&](const std::string &n, const float **out) -> Status {
+            auto r = m.vec(n);
+            if (!r) return r.status();
+            *out = r.value();
+            return Status::ok();
+        };
+        auto host_ = [&](const std::string &n, Tensor *out) -> Status {
+            auto r = m.host_f32(n);
+            if (!r) return r.status();
+            *out = r.value();
+            return Status::ok();
+        };
+        const int64_t D = c_.dim, hc = c_.hc_mult;
+        auto emb = m.bf16_table("embed.weight");
+        if (!emb) return emb.status();
+        embed_ = emb.value();
+        DS41RT_RETURN_IF_ERROR(lin_("head.weight", &head_));
+        DS41RT_RETURN_IF_ERROR(vec_("norm.weight", &norm_));
+        DS41RT_RETURN_IF_ERROR(vec_("hc_head_fn", &hc_head_fn_));
+        DS41RT_RETURN_IF_ERROR(host_("hc_head_base", &hc_head_base_));
+        DS41RT_RETURN_IF_ERROR(host_("hc_head_scale", &hc_head_scale_));
+        auto hfs = m.shape("hc_head_fn");
+        if (!hfs) return hfs.status();
+        if (hfs.value() != shape_t{hc, hc * D})
+            return Status::invalid_argument("hc_head_fn: shape " + shape_str(hfs.value()) + ", expected " +
+                                            shape_str(shape_t{hc, hc * D}));
+        if (hc_head_base_.numel() != hc || hc_head_scale_.numel() < 1)
+            return Status::invalid_argument("hc_head_base / hc_head_scale: expected [" + std::to_string(hc) + "] / [1]");
+        const rope_table rm = make_rope_table(c_, false), rc = make_rope_table(c_, true);
+        n_pairs_ = rm.n_pairs;
+        auto f1 = m.upload(rm.inv_freq.data(), rm.inv_freq.size() * sizeof(float));
+        auto f2 = m.upload(rc.inv_freq.data(), rc.inv_freq.size() * sizeof(float));
+        if (!f1) return f1.status();
+        if (!f2) return f2.status();
+        inv_main_ = static_cast<const float *>(f1.value());
+        inv_compress_ = static_cast<const float *>(f2.value());
+
+        layers_.resize(size_t(c_.n_layers));
+        for (int l = 0; l < c_.n_layers; l++) {
+            layer_dev &L = layers_[size_t(l)];
+            const std::string p = "layers." + std::to_string(l) + ".";
+            const std::pair<const char *, const float **> vecs[] = {
+                {"attn_norm.weight", &L.attn_norm}, {"ffn_norm.weight", &L.ffn_norm},
+                {"hc_attn_fn", &L.hc_attn_fn},      {"hc_attn_base", &L.hc_attn_base},
+                {"hc_attn_scale", &L.hc_attn_scale}, {"hc_ffn_fn", &L.hc_ffn_fn},
+                {"hc_ffn_base", &L.hc_ffn_base},    {"hc_ffn_scale", &L.hc_ffn_scale},
+                {"attn.attn_sink", &L.attn_sink},   {"attn.q_norm.weight", &L.q_norm},
+                {"attn.kv_norm.weight", &L.kv_norm},
+            };
+            for (auto &[n, out] : vecs) DS41RT_RETURN_IF_ERROR(vec_(p + n, out));
+            const std::pair<const char *, dlinear *> lins[] = {
+                {"attn.wq_a.weight", &L.wq_a}, {"attn.wq_b.weight", &L.wq_b}, {"attn.wkv.weight", &L.wkv},
+                {"attn.wo_a.weight", &L.wo_a}, {"attn.wo_b.weight", &L.wo_b}, {"ffn.gate.weight", &L.gate_w},
+            };
+            for (auto &[n, out] : lins) DS41RT_RETURN_IF_ERROR(lin_(p + n, out));
+            auto load_comp = [&](const std::string &cp, int64_t d, bool overlap, compressor_dev *cw) -> Status {
+                DS41RT_RETURN_IF_ERROR(lin_(cp + "wkv.weight", &cw->wkv));
+                DS41RT_RETURN_IF_ERROR(lin_(cp + "wgate.weight", &cw->wgate));
+                DS41RT_RETURN_IF_ERROR(vec_(cp + "norm.weight", &cw->norm));
+                DS41RT_RETURN_IF_ERROR(host_(cp + "ape", &cw->ape));
+                const int64_t cd = (overlap ? 2 : 1) * d;
+                if (cw->wkv.N != cd || cw->wkv.K != D || cw->wgate.N != cd || cw->wgate.K != D)
+                    return Status::invalid_argument(cp + "wkv.weight / wgate.weight: expected [" + std::to_string(cd) +
+                                                    ", " + std::to_string(D) + "]");
+                if (cw->ape.shape() != shape_t{int64_t(c_.ratio(l)), cd})
+                    return Status::invalid_argument(cp + "ape: shape " + shape_str(cw->ape.shape()) + ", expected " +
+                                                    shape_str(shape_t{int64_t(c_.ratio(l)), cd}));
+                return Status::ok();
+            };
+            const bool csa = c_.ratio(l) > 0 && c_.is_index_source(l);
+            if (c_.ratio(l) > 0) DS41RT_RETURN_IF_ERROR(load_comp(p + "attn.compressor.", c_.head_dim, csa, &L.comp));
+            if (csa) {
+                DS41RT_RETURN_IF_ERROR(load_comp(p + "attn.indexer.compressor.", c_.index_head_dim, true, &L.icomp));
+                DS41RT_RETURN_IF_ERROR(lin_(p + "attn.indexer.wq_b.weight", &L.i_wq_b));
+                DS41RT_RETURN_IF_ERROR(lin_(p + "attn.indexer.weights_proj.weight", &L.i_weights_proj));
+            }
+            if (l < c_.n_hash_layers) {
+                Tensor t;
+                DS41RT_RETURN_IF_ERROR(host_(p + "ffn.gate.tid2eid", &t));
+                if (t.shape() != shape_t{c_.vocab_size, int64_t(c_.n_activated_experts)})
+                    return Status::invalid_argument(p + "ffn.gate.tid2eid: shape " + shape_str(t.shape()));
+                L.tid2eid.resize(size_t(t.numel()));
+                for (int64_t i = 0; i < t.numel(); i++) {
+                    const float v = t.f()[i];
+                    if (!(v >= 0 && v < float(c_.n_routed_experts)) || v != std::floor(v))
+                        return Status::invalid_argument(p + "ffn.gate.tid2eid: entry " + std::to_string(i) +
+                                                        " is not an expert id");
+                    L.tid2eid[size_t(i)] = int32_t(v);
+                }
+            } else {
+                DS41RT_RETURN_IF_ERROR(host_(p + "ffn.gate.bias", &L.gate_bias));
+                if (L.gate_bias.numel() != c_.n_routed_experts)
+                    return Status::invalid_argument(p + "ffn.gate.bias: shape " + shape_str(L.gate_bias.shape()));
+            }
+            if (c_.n_shared_experts > 0) {
+                DS41RT_RETURN_IF_ERROR(lin_(p + "ffn.shared_experts.w1.weight", &L.sw1));
+                DS41RT_RETURN_IF_ERROR(lin_(p + "ffn.shared_experts.w2.weight", &L.sw2));
+                DS41RT_RETURN_IF_ERROR(lin_(p + "ffn.shared_experts.w3.weight", &L.sw3));
+            }
+            // Routed experts: the MoE decode kernels read MXFP4 (the official storage).
+            // transformers deviation (5) of v4_model: the routing weight scales w2's output.
+            L.moe.D = int(c_.dim);
+            L.moe.I = c_.moe_inter_dim;
+            L.moe.act_block = official_ ? c_.fp8_block_in : 0;
+            L.moe.swiglu_limit = c_.swiglu_limit;
+            L.moe.weight_after_w2 = !official_;
+            L.moe.experts.resize(size_t(c_.n_routed_experts));
+            for (int e = 0; e < c_.n_routed_experts; e++) {
+                const std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
+                dlinear w1, w2, w3;
+                DS41RT_RETURN_IF_ERROR(lin_(ep + "w1.weight", &w1));
+                DS41RT_RETURN_IF_ERROR(lin_(ep + "w2.weight", &w2));
+                DS41RT_RETURN_IF_ERROR(lin_(ep + "w3.weight", &w3));
+                if (w1.k != dlinear::kind::MXFP4 || w2.k != dlinear::kind::MXFP4 || w3.k != dlinear::kind::MXFP4)
+                    return Status::not_supported(ep + "w1.weight: the GPU routed experts read MXFP4 (the official "
+                                                      "storage); this checkpoint stores them otherwise");
+                L.moe.experts[size_t(e)] = {w1.w, w1.scale, w3.w, w3.scale, w2.w, w2.scale};
+            }
+        }
+        return Status::ok();
+    }
+
+    const model::model_config &config() const override { return c_; }
+    std::vector<op_time> op_times() const override { return prof_.times(); }
+    void reset_op_times() override { prof_.reset(); }
+
+    seq_dev new_state() const override {
+        seq_dev s;
+        for (int l = 0; l < c_.n_layers; l++) s.ring.push_back(m_->temp_f32(int64_t(c_.window) * c_.head_dim));
+        s.ring_pos.assign(size_t(c_.n_layers), std::vector<int64_t>(size_t(c_.window), -1));
+        s.comp.resize(size_t(c_.n_layers));
+        s.icomp.resize(size_t(c_.n_layers));
+        for (int l = 0; l < c_.n_layers; l++) {
+            s.comp[size_t(l)].entries.width = c_.head_dim;
+            s.icomp[size_t(l)].entries.width = c_.index_head_dim;
+        }
+        return s;
+    }
+
+private:
+    cudaStream_t st() const { return m_->stream(); }
+    void begin(const char *section) const { prof_.begin(section, st()); }
+    void end() const { prof_.end(st()); }
+    float eps() const { return c_.norm_eps; }
+
+    // RMSNorm: bf16(w_fp32 * x_hat) under OFFICIAL.
+    Status norm(float *x, const float *w, int64_t rows, int64_t dim) const {
+        return cuda::rms_norm_rows(x, w, x, rows, dim, eps(), official_, st());
+    }
+    // OFFICIAL: the fp32 rotation written back into the bf16 tensor.
+    Status rope(float *x, int64_t rows, int64_t dim, const int64_t *pos, int64_t per_pos, const float *inv,
+                bool inverse) const {
+        return cuda::rope_tail_rows(x, rows, dim, pos, per_pos, inv, n_pairs_, inverse, official_, st());
+    }
+    const float *inv_for(int layer) const { return c_.ratio(layer) > 0 ? inv_compress_ : inv_main_; }
+
+    Result<dtemp> upload_temp(const void *host, size_t bytes) const {
+        dtemp t = m_->temp(bytes);
+        DS41RT_RETURN_IF_ERROR(m_->to_device(t.as<void>(), host, bytes));
+        return t;
+    }
+    std::vector<float> download(const float *dev, int64_t n, Status *s) const {
+        std::vector<float> h(static_cast<size_t>(n));
+        if (n > 0) *s = m_->to_host(h.data(), dev, size_t(n) * sizeof(float));
+        return h;
+    }
+
+    Status append(dev_rows &r, const float *src, int64_t n) const {
+        if (n <= 0) return Status::ok();
+        if (r.rows + n > r.cap) {
+            const int64_t cap = std::max({r.cap * 2, r.rows + n, int64_t(16)});
+            dtemp nb = m_->temp_f32(cap * r.width);
+            if (r.rows > 0)
+                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(nb.f(), r.buf.f(), size_t(r.rows * r.width) * sizeof(float),
+                                                            cudaMemcpyDeviceToDevice, st()));
+            r.buf = std::move(nb);
+            r.cap = cap;
+        }
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(r.buf.f() + r.rows * r.width, src,
+                                                    size_t(n * r.width) * sizeof(float), cudaMemcpyDeviceToDevice, st()));
+        r.rows += n;
+        return Status::ok();
+    }
+
+    // ---- mHC (spec 3.3): V4's classic sites, pre / post / comb computed and used at one site ----
+    Result<mixes_dev> mixes(const float *X, int64_t S, const float *fn, const float *scale, const float *base) const {
+        const int hc = c_.hc_mult;
+        const int64_t n_mix = int64_t(2 + hc) * hc;
+        dtemp mm = m_->temp_f32(S * n_mix);
+        DS41RT_RETURN_IF_ERROR(cuda::hc_project(X, S, int64_t(hc) * c_.dim, fn, n_mix, eps(), official_, mm.f(), st()));
+        mixes_dev mx{m_->temp_f32(S * hc), m_->temp_f32(S * hc), m_->temp_f32(S * hc * hc)};
+        DS41RT_RETURN_IF_ERROR(cuda::hc_split_sinkhorn(mm.f(), S, hc, scale, base, c_.hc_eps, c_.hc_sinkhorn_iters,
+                                                       mx.pre.f(), mx.post.f(), mx.comb.f(), st()));
+        return mx;
+    }
+
+    // hc_head (spec 3.10): pre = sigmoid(mix * scale + base) + eps (on the host: hc numbers a
+    // row), then the collapse of the streams into x.
+    Status hc_head(const float *X, int64_t S, float *x) const {
+        const int hc = c_.hc_mult;
+        dtemp mm = m_->temp_f32(S * hc);
+        DS41RT_RETURN_IF_ERROR(cuda::hc_project(X, S, int64_t(hc) * c_.dim, hc_head_fn_, hc, eps(), official_, mm.f(), st()));
+        Status s;
+        std::vector<float> m = download(mm.f(), S * hc, &s), pre(static_cast<size_t>(S * hc));
+        DS41RT_RETURN_IF_ERROR(s);
+        const float sc = hc_head_scale_.f()[0], *b = hc_head_base_.f();
+        for (int64_t r = 0; r < S; r++)
+            for (int j = 0; j < hc; j++)
+                pre[size_t(r * hc + j)] = backend::cpu::sigmoid(m[size_t(r * hc + j)] * sc + b[j]) + c_.hc_eps;
+        auto pre_d = upload_temp(pre.data(), pre.size() * sizeof(float));
+        if (!pre_d) return pre_d.status();
+        return cuda::hc_collapse(X, pre_d->f(), S, hc, c_.dim, official_, x, st());
+    }
+
+    // ---- a compressor (spec 3.5; v4_model compress()) over the step's rows ----
+    // The projections of every row in one launch and one download; the window pooling per
+    // sequence on the host (v4_steps); then the emitted entries of all sequences together
+    // through the norm, RoPE at position w*m and, OFFICIAL, the main compressor's FP8 QAT of its
+    // nope dims or the indexer's Hadamard + FP4 QAT (`rotate`); each joins its sequence's entries.
+    // cs[i]: sequence i's compressor state.
+    Status compress(const compressor_dev &cw, const std::vector<comp_seq *> &cs, const step_rows &B, const float *x,
+                    int64_t d, int ratio, bool overlap, bool rotate) const {
+        const int64_t S = B.rows, cd = (overlap ? 2 : 1) * d;
+        dtemp kv = m_->temp_f32(S * cd), gate = m_->temp_f32(S * cd);
+        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&cw.wkv, x, kv.f()}, {&cw.wgate, x, gate.f()}}, S, lin::F32));
+        std::vector<float> kh(static_cast<size_t>(S * cd)), gh(static_cast<size_t>(S * cd));
+        DS41RT_RETURN_IF_ERROR(m_->to_host_pair(kh.data(), kv.f(), kh.size() * sizeof(float), gh.data(), gate.f(),
+                                                gh.size() * sizeof(float)));
+        std::vector<float> latents;
+        std::vector<int64_t> pos, groups(B.seq.size(), 0);
+        for (size_t i = 0; i < B.seq.size(); i++) {
+            const int64_t o = B.off[i];
+            std::vector<float> lat = v4::compress_pool(cs[i]->open, kh.data() + o * cd, gh.data() + o * cd, B.n[i], d,
+                                                       ratio, overlap, cw.ape.f(), &groups[i]);
+            latents.insert(latents.end(), lat.begin(), lat.end());
+            for (int64_t g = 0; g < groups[i]; g++) pos.push_back((cs[i]->entries.rows + g) * ratio);
+        }
+        const int64_t G = int64_t(pos.size());
+        if (G == 0) return Status::ok();
+        auto lt = upload_temp(latents.data(), latents.size() * sizeof(float));
+        if (!lt) return lt.status();
+        auto pos_d = upload_temp(pos.data(), pos.size() * sizeof(int64_t));
+        if (!pos_d) return pos_d.status();
+        float *e = lt->f();
+        if (official_) DS41RT_RETURN_IF_ERROR(cuda::round_bf16_inplace(e, G * d, st()));
+        DS41RT_RETURN_IF_ERROR(norm(e, cw.norm, G, d));
+        DS41RT_RETURN_IF_ERROR(rope(e, G, d, pos_d->as<int64_t>(), 1, inv_compress_, false));
+        if (official_) {
+            if (rotate)
+                DS41RT_RETURN_IF_ERROR(cuda::rotate_fake_quant_fp4_ue8m0(e, G, d, FP4_QAT_BLOCK, st()));
+            else
+                DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp8_ue8m0_cols(e, G, d, d - c_.rope_head_dim, KV_QAT_BLOCK, st()));
+        }
+        for (size_t i = 0, g0 = 0; i < B.seq.size(); g0 += size_t(groups[i]), i++)
+            DS41RT_RETURN_IF_ERROR(append(cs[i]->entries, e + int64_t(g0) * d, groups[i]));
+        return Status::ok();
+    }
+
+    // ---- the lightning indexer of a CSA layer (spec 3.8; v4_model indexer()) ----
+    // Its own overlap compressor at index_head_dim (run by the caller), then per query the top
+    // index_topk visible entries by score. The projections run over all rows of the step, the
+    // scores and selections per sequence (each has its own keys), and their results come back
+    // in one download. qr: [S, q_lora_rank]. topk[i]: sequence i's pick list per row.
+    Status indexer(const layer_dev &L, int layer, const step_rows &B, const float *x, const float *qr,
+                   std::vector<std::vector<std::vector<int32_t>>> *topk) const {
+        const int ratio = c_.ratio(layer);
+        const int64_t ihd = c_.index_head_dim, ih = c_.index_n_heads, S = B.rows;
+        const size_t nseq = B.seq.size();
+        std::vector<int64_t> T(nseq), k(nseq);
+        int64_t kmax = 0;
+        for (size_t i = 0; i < nseq; i++) {
+            (*topk)[i].assign(size_t(B.n[i]), {});
+            T[i] = B.seq[i]->icomp[size_t(layer)].entries.rows;
+            k[i] = std::min<int64_t>(c_.index_topk, T[i]);
+            kmax = std::max(kmax, k[i]);
+        }
+        if (kmax == 0) return Status::ok();  // no sequence has an entry to select yet
+
+        dtemp q = m_->temp_f32(S * ih * ihd), w = m_->temp_f32(S * ih);
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.i_wq_b, qr, q.f(), S, lin::FP8));
+        DS41RT_RETURN_IF_ERROR(rope(q.f(), S * ih, ihd, B.pos_d, ih, inv_compress_, false));
+        if (official_) DS41RT_RETURN_IF_ERROR(cuda::rotate_fake_quant_fp4_ue8m0(q.f(), S * ih, ihd, FP4_QAT_BLOCK, st()));
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.i_weights_proj, x, w.f(), S, lin::BF16));
+
+        // The kernel's two numerics branches are V4's: TRANSFORMERS (relu(dot) * qk_scale) *
+        // (w * head_scale) in fp32; OFFICIAL bf16(w * (qk_scale * head_scale)) first, then the
+        // bf16 einsum / relu / product and the bf16 head sum.
+        std::vector<int64_t> score_off(nseq + 1, 0);
+        for (size_t i = 0; i < nseq; i++) score_off[i + 1] = score_off[i] + B.n[i] * T[i];
+        dtemp scores_d = m_->temp_f32(std::max<int64_t>(score_off[nseq], 1));
+        // OFFICIAL: lower-index ties, so the selection runs on the device and only the picks come
+        // back (sequence i's [n, k_i] picks at row offset off[i] of a [S, kmax] block).
+        dtemp idx, cnt;
+        if (official_) {
+            idx = m_->temp(size_t(S * kmax) * sizeof(int32_t));
+            cnt = m_->temp(size_t(S) * sizeof(int32_t));
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(cnt.as<void>(), 0, size_t(S) * sizeof(int32_t), st()));
+        }
+        for (size_t i = 0; i < nseq; i++) {
+            if (T[i] == 0) continue;
+            const int64_t o = B.off[i], n = B.n[i];
+            cuda::index_score_params ip;
+            ip.S = n;
+            ip.T = T[i];
+            ip.ih = int(ih);
+            ip.ihd = int(ihd);
+            ip.p0 = B.p0[i];
+            ip.ratio = ratio;
+            ip.qk_scale = 1.0f / std::sqrt(float(ihd));
+            ip.head_scale = 1.0f / std::sqrt(float(ih));
+            ip.official = official_;
+            float *sc = scores_d.f() + score_off[i];
+            DS41RT_RETURN_IF_ERROR(cuda::index_scores(q.f() + o * ih * ihd, B.seq[i]->icomp[size_t(layer)].entries.buf.f(),
+                                                      w.f() + o * ih, ip, sc, st()));
+            if (official_)
+                DS41RT_RETURN_IF_ERROR(cuda::topk_lower_index(sc, n, T[i], T[i], int(k[i]), idx.as<int32_t>() + o * kmax,
+                                                              cnt.as<int32_t>() + o, st()));
+        }
+        if (official_) {
+            std::vector<int32_t> ih_(static_cast<size_t>(S * kmax)), ch(static_cast<size_t>(S));
+            DS41RT_RETURN_IF_ERROR(m_->to_host_pair(ih_.data(), idx.as<void>(), ih_.size() * sizeof(int32_t), ch.data(),
+                                                    cnt.as<void>(), ch.size() * sizeof(int32_t)));
+            for (size_t i = 0; i < nseq; i++) {
+                const int32_t *base = ih_.data() + B.off[i] * kmax;
+                for (int64_t r = 0; r < B.n[i]; r++)
+                    (*topk)[i][size_t(r)].assign(base + r * k[i], base + r * k[i] + ch[size_t(B.off[i] + r)]);
+            }
+            return Status::ok();
+        }
+        // TRANSFORMERS: torch's tie order has no GPU twin; the scores come back for the host's top-k.
+        Status s;
+        std::vector<float> scores = download(scores_d.f(), score_off[nseq], &s);
+        DS41RT_RETURN_IF_ERROR(s);
+        for (size_t i = 0; i < nseq; i++)
+            for (int64_t r = 0; r < B.n[i] && T[i] > 0; r++)
+                for (int64_t t : top_indices(scores.data() + score_off[i] + r * T[i], T[i], k[i]))
+                    (*topk)[i][size_t(r)].push_back(int32_t(t));
+        return Status::ok();
+    }
+
+    // ---- attention (spec 3.4-3.8) ----
+    Status attention(const layer_dev &L, int layer, const step_rows &B, const float *x, float *out) const {
+        const int64_t H = c_.n_heads, hd = c_.head_dim, W = c_.window, qlr = c_.q_lora_rank, S = B.rows;
+        const int ratio = c_.ratio(layer);
+        const bool csa = ratio > 0 && c_.is_index_source(layer);
+        const int64_t *pos_d = B.pos_d;
+        const float *inv = inv_for(layer);
+        begin("attn.qkv");
+        // q = rope(rms_unweighted_per_head(wq_b(q_norm(wq_a(x))))); kv = rope(kv_norm(wkv(x))).
+        dtemp qr = m_->temp_f32(S * qlr), q = m_->temp_f32(S * H * hd), kv = m_->temp_f32(S * hd);
+        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.wq_a, x, qr.f()}, {&L.wkv, x, kv.f()}}, S, lin::FP8));
+        DS41RT_RETURN_IF_ERROR(norm(qr.f(), L.q_norm, S, qlr));
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.wq_b, qr.f(), q.f(), S, lin::FP8));
+        // transformers deviation (3): the per-head q norm in fp32 (OFFICIAL: bf16 arithmetic).
+        if (official_)
+            DS41RT_RETURN_IF_ERROR(cuda::rms_norm_unweighted_bf16_rows(q.f(), S * H, hd, eps(), st()));
+        else
+            DS41RT_RETURN_IF_ERROR(cuda::rms_norm_rows(q.f(), nullptr, q.f(), S * H, hd, eps(), false, st()));
+        DS41RT_RETURN_IF_ERROR(rope(q.f(), S * H, hd, pos_d, H, inv, false));
+        DS41RT_RETURN_IF_ERROR(norm(kv.f(), L.kv_norm, S, hd));
+        DS41RT_RETURN_IF_ERROR(rope(kv.f(), S, hd, pos_d, 1, inv, false));
+        // transformers deviation (1): OFFICIAL's FP8 QAT of the nope dims after RoPE (block 64).
+        if (official_)
+            DS41RT_RETURN_IF_ERROR(
+                cuda::fake_quant_fp8_ue8m0_cols(kv.f(), S, hd, hd - c_.rope_head_dim, KV_QAT_BLOCK, st()));
+        end();
+
+        // Compressed branch, sequence by sequence: entries closed by this chunk are emitted
+        // before attention; CSA queries see the indexer's selection, HCA queries every visible entry.
+        std::vector<std::vector<std::vector<int32_t>>> topk(B.seq.size());
+        if (ratio > 0) {
+            begin("attn.compress+index");
+            std::vector<comp_seq *> mains, indexes;
+            for (seq_dev *sq : B.seq) {
+                mains.push_back(&sq->comp[size_t(layer)]);
+                indexes.push_back(&sq->icomp[size_t(layer)]);
+            }
+            DS41RT_RETURN_IF_ERROR(compress(L.comp, mains, B, x, hd, ratio, csa, false));
+            if (csa) {
+                DS41RT_RETURN_IF_ERROR(compress(L.icomp, indexes, B, x, c_.index_head_dim, ratio, true, true));
+                DS41RT_RETURN_IF_ERROR(indexer(L, layer, B, x, qr.f(), &topk));
+            }
+            end();
+        }
+        begin("attn.core");
+
+        // Key lists, one per query row (all heads share it): window rows in chronological order
+        // (ring rows older than this chunk, then the chunk's own), OFFICIAL's -1 pads up to the
+        // reference's window width (min(n, W) for a prefill from 0, W otherwise), then the
+        // compressed entries. Trailing nulls pad the lists to one length; they are skipped and
+        // change no block of the OFFICIAL online softmax.
+        std::vector<std::vector<const float *>> lists(static_cast<size_t>(S));
+        size_t Lmax = 0;
+        for (size_t i = 0; i < B.seq.size(); i++) {
+            const seq_dev &sq = *B.seq[i];
+            const int64_t p0 = B.p0[i], o = B.off[i], n = B.n[i];
+            const float *ring = sq.ring[size_t(layer)].f();
+            const auto &rpos = sq.ring_pos[size_t(layer)];
+            const dev_rows &ent = sq.comp[size_t(layer)].entries;
+            const float *centries = ent.rows > 0 ? ent.buf.f() : nullptr;
+            const int64_t wwidth = p0 == 0 ? std::min(n, W) : W;
+            std::vector<std::pair<int64_t, const float *>> wk;
+            for (int64_t p = std::max<int64_t>(0, p0 - W); p < p0; p++)
+                if (rpos[size_t(p % W)] == p) wk.push_back({p, ring + (p % W) * hd});
+            for (int64_t s = 0; s < n; s++) wk.push_back({p0 + s, kv.f() + (o + s) * hd});
+            for (int64_t s = 0; s < n; s++) {
+                auto &keys = lists[size_t(o + s)];
+                const int64_t p = p0 + s;
+                for (auto &[kp, ptr] : wk)
+                    if (kp <= p && kp > p - W) keys.push_back(ptr);
+                if (official_)
+                    while (int64_t(keys.size()) < wwidth) keys.push_back(nullptr);
+                if (csa) {
+                    if (!topk[i].empty())
+                        for (int32_t e : topk[i][size_t(s)]) keys.push_back(centries + int64_t(e) * hd);
+                } else if (ratio > 0) {
+                    const int64_t visible = std::min<int64_t>((p + 1) / ratio, ent.rows);
+                    for (int64_t e = 0; e < visible; e++) keys.push_back(centries + e * hd);
+                }
+                Lmax = std::max(Lmax, keys.size());
+            }
+        }
+        std::vector<const float *> flat(static_cast<size_t>(S) * Lmax, nullptr);
+        for (int64_t s = 0; s < S; s++) std::copy(lists[size_t(s)].begin(), lists[size_t(s)].end(), flat.begin() + s * int64_t(Lmax));
+        auto keys_d = upload_temp(flat.data(), std::max<size_t>(flat.size(), 1) * sizeof(const float *));
+        if (!keys_d) return keys_d.status();
+
+        dtemp o = m_->temp_f32(S * H * hd);
+        cuda::attention_batch ab;
+        ab.q = q.f();
+        ab.keys = keys_d->as<const float *const>();
+        ab.sink = L.attn_sink;
+        ab.scale = 1.0f / std::sqrt(float(hd));
+        ab.R = int(S);
+        ab.H = int(H);
+        ab.L = int(Lmax);
+        ab.hd = int(hd);
+        ab.official = official_;
+        ab.out = o.f();
+        DS41RT_RETURN_IF_ERROR(cuda::run_attention(ab, st()));
+
+        // Remember the window (after attention: the chunk's rows were visible to it). Only the
+        // last `window` rows of a long chunk survive, as in the host ring.
+        for (size_t i = 0; i < B.seq.size(); i++) {
+            seq_dev &sq = *B.seq[i];
+            const int64_t p0 = B.p0[i], off = B.off[i], n = B.n[i];
+            for (int64_t s = std::max<int64_t>(0, n - W); s < n; s++) {
+                const int64_t slot = (p0 + s) % W;
+                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sq.ring[size_t(layer)].f() + slot * hd, kv.f() + (off + s) * hd,
+                                                            size_t(hd) * sizeof(float), cudaMemcpyDeviceToDevice, st()));
+            }
+            for (int64_t s = 0; s < n; s++) sq.ring_pos[size_t(layer)][size_t((p0 + s) % W)] = p0 + s;
+        }
+        end();
+        begin("attn.out");
+
+        // Inverse RoPE at the query position, then the grouped output projection (wo_a per group
+        // in the BF16 class, wo_b FP8), as engine/output_projection does on the host.
+        DS41RT_RETURN_IF_ERROR(rope(o.f(), S * H, hd, pos_d, H, inv, true));
+        const int64_t G = c_.o_groups, R = c_.o_lora_rank, gin = H * hd / G;
+        dtemp z = m_->temp_f32(S * G * R);
+        std::vector<dlinear> wa(static_cast<size_t>(G));
+        std::vector<device_model::linear_job> jobs;
+        for (int64_t g = 0; g < G; g++) wa[size_t(g)] = L.wo_a.rows(int(g * R), int(R));
+        if (S == 1) {
+            for (int64_t g = 0; g < G; g++) jobs.push_back({&wa[size_t(g)], o.f() + g * gin, z.f() + g * R});
+            DS41RT_RETURN_IF_ERROR(m_->run_linears(jobs, S, lin::BF16));
+        } else {
+            dtemp og = m_->temp_f32(G * S * gin), zg = m_->temp_f32(G * S * R);
+            for (int64_t g = 0; g < G; g++) {
+                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(og.f() + g * S * gin, size_t(gin) * 4, o.f() + g * gin,
+                                                              size_t(H * hd) * 4, size_t(gin) * 4, size_t(S),
+                                                              cudaMemcpyDeviceToDevice, st()));
+                jobs.push_back({&wa[size_t(g)], og.f() + g * S * gin, zg.f() + g * S * R});
+            }
+            DS41RT_RETURN_IF_ERROR(m_->run_linears(jobs, S, lin::BF16));
+            for (int64_t g = 0; g < G; g++)
+                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(z.f() + g * R, size_t(G * R) * 4, zg.f() + g * S * R,
+                                                              size_t(R) * 4, size_t(R) * 4, size_t(S),
+                                                              cudaMemcpyDeviceToDevice, st()));
+        }
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.wo_b, z.f(), out, S, lin::FP8));
+        end();
+        return Status::ok();
+    }
+
+    // ---- MoE (spec 3.9; v4_model moe()) ----
+    Status moe(const layer_dev &L, int layer, const float *x, const std::vector<int32_t> &tokens, int64_t S,
+               float *out) const {
+        const int64_t D = c_.dim, E = c_.n_routed_experts, K = c_.n_activated_experts;
+        const bool hash = layer < c_.n_hash_layers;
+        begin("moe.router");
+        dtemp logits = m_->temp_f32(S * E);
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.gate_w, x, logits.f(), S, lin::F32));
+        Status s;
+        std::vector<float> lh = download(logits.f(), S * E, &s);
+        DS41RT_RETURN_IF_ERROR(s);
+        const backend::cpu::route_table rt = v4::route(c_, lh.data(), S, hash ? L.tid2eid.data() : nullptr,
+                                                       hash ? nullptr : L.gate_bias.f(), tokens.data(), official_);
+        end();
+        begin("moe.routed");
+
+        // Routed experts, 16 rows a launch (the decode kernels' limit): rows grouped by expert,
+        // each selected expert read once per launch, summed per row in increasing expert id.
+        dtemp acc = m_->temp_f32(S * D);
+        for (int64_t r0 = 0; r0 < S; r0 += cuda::MOE_MAX_ROWS) {
+            const int B = int(std::min<int64_t>(cuda::MOE_MAX_ROWS, S - r0));
+            std::vector<cuda::moe_route> routes;
+            for (int64_t r = r0; r < r0 + B; r++)
+                for (uint32_t i = rt.offsets[size_t(r)]; i < rt.offsets[size_t(r) + 1]; i++)
+                    routes.push_back({rt.routes[i].expert, rt.routes[i].weight});
+            if (int64_t(routes.size()) != int64_t(B) * K) return Status::internal("router gave a row the wrong route count");
+            dtemp bufm = m_->temp(cuda::moe_buffer_bytes(int(D), L.moe.I, int(routes.size())));
+            const cuda::moe_buffers buf = cuda::moe_buffers_at(bufm.as<void>(), int(D), L.moe.I, int(routes.size()));
+            auto plan = cuda::plan_moe_decode(m_->device(), L.moe, buf, x + r0 * D, acc.f() + r0 * D, routes, B, int(K));
+            if (!plan) return plan.status();
+            dtemp ws = m_->temp(plan->workspace_bytes);
+            DS41RT_RETURN_IF_ERROR(cuda::reset_moe_workspace(plan.value(), ws.as<void>(), st()));
+            DS41RT_RETURN_IF_ERROR(cuda::run_moe_decode(plan.value(), ws.as<void>(), st()));
+        }
+        end();
+        // The shared expert, then one rounding of the fp32 sum (OFFICIAL: bf16 MoE output).
+        begin("moe.shared");
+        if (c_.n_shared_experts > 0) {
+            const int64_t I = L.sw1.N;
+            dtemp g = m_->temp_f32(S * I), u = m_->temp_f32(S * I), sh = m_->temp_f32(S * D);
+            DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.sw1, x, g.f()}, {&L.sw3, x, u.f()}}, S, lin::FP8));
+            DS41RT_RETURN_IF_ERROR(cuda::swiglu_rows(g.f(), u.f(), nullptr, g.f(), S, I, c_.swiglu_limit, official_, st()));
+            DS41RT_RETURN_IF_ERROR(m_->run_linear(L.sw2, g.f(), sh.f(), S, lin::FP8));
+            DS41RT_RETURN_IF_ERROR(cuda::add_rows(acc.f(), sh.f(), out, S * D, official_, st()));
+        } else {
+            DS41RT_CUDA_RETURN_IF_ERROR(
+                cudaMemcpyAsync(out, acc.f(), size_t(S * D) * sizeof(float), cudaMemcpyDeviceToDevice, st()));
+            if (official_) DS41RT_RETURN_IF_ERROR(cuda::round_bf16_inplace(out, S * D, st()));
+        }
+        end();
+        return Status::ok();
+    }
+
+    // ---- one step: every sequence's new tokens through the whole model (spec 3.1-3.10) ----
+public:
+    Status step(const std::vector<step_input> &inputs, std::vector<Tensor> *logits) override {
+        logits->clear();
+        DS41RT_RETURN_IF_ERROR(check_inputs(inputs));
+        step_rows B;
+        for (const auto &in : inputs) {
+            seq_dev *sq = &state_of(in.seq);
+            if (std::find(B.seq.begin(), B.seq.end(), sq) != B.seq.end())
+                return Status::invalid_argument("sequence " + std::to_string(in.seq) + " appears twice in one step");
+            B.seq.push_back(sq);
+            B.off.push_back(B.rows);
+            B.n.push_back(int64_t(in.tokens.size()));
+            B.p0.push_back(sq->len);
+            B.rows += int64_t(in.tokens.size());
+        }
+        std::vector<int32_t> tokens;
+        for (const auto &in : inputs) tokens.insert(tokens.end(), in.tokens.begin(), in.tokens.end());
+        Tensor all = Tensor::f32({B.rows, c_.vocab_size});
+        DS41RT_RETURN_IF_ERROR(forward_rows(B, tokens, all.f()));
+        for (size_t i = 0; i < inputs.size(); i++) {
+            Tensor out = Tensor::f32({B.n[i], c_.vocab_size});
+            std::copy(all.f() + B.off[i] * c_.vocab_size, all.f() + (B.off[i] + B.n[i]) * c_.vocab_size, out.f());
+            logits->push_back(std::move(out));
+        }
+        return Status::ok();
+    }
+
+private:
+    // One sequence alone (cpu_engine's interface; step() above batches instead).
+    Status forward(seq_dev &sq, const std::vector<int32_t> &tokens, float *logits) const override {
+        step_rows B;
+        B.seq = {&sq};
+        B.off = {0};
+        B.n = {int64_t(tokens.size())};
+        B.p0 = {sq.len};
+        B.rows = int64_t(tokens.size());
+        return forward_rows(B, tokens, logits);
+    }
+
+    Status forward_rows(step_rows &B, const std::vector<int32_t> &tokens, float *logits) const {
+        const int64_t S = B.rows, D = c_.dim, V = c_.vocab_size;
+        const int hc = c_.hc_mult;
+
+        begin("embed");
+        std::vector<int64_t> pos(static_cast<size_t>(S));
+        for (size_t i = 0; i < B.seq.size(); i++)
+            for (int64_t s = 0; s < B.n[i]; s++) pos[size_t(B.off[i] + s)] = B.p0[i] + s;
+        auto pos_d = upload_temp(pos.data(), pos.size() * sizeof(int64_t));
+        auto ids_d = upload_temp(tokens.data(), tokens.size() * sizeof(int32_t));
+        if (!pos_d) return pos_d.status();
+        if (!ids_d) return ids_d.status();
+        B.pos_d = pos_d->as<int64_t>();
+        // The residual streams [S, hc, D], all equal to the (bf16) embedding.
+        dtemp X = m_->temp_f32(S * hc * D);
+        DS41RT_RETURN_IF_ERROR(cuda::embed_rows_bf16(embed_, V, D, ids_d->as<int32_t>(), S, hc, X.f(), st()));
+        end();
+
+        dtemp x = m_->temp_f32(S * D), y = m_->temp_f32(S * D);
+        for (int l = 0; l < c_.n_layers; l++) {
+            const layer_dev &L = layers_[size_t(l)];
+            begin("mhc+norm");
+            auto am = mixes(X.f(), S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base);
+            if (!am) return am.status();
+            DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(X.f(), am->pre.f(), S, hc, D, official_, x.f(), st()));
+            DS41RT_RETURN_IF_ERROR(norm(x.f(), L.attn_norm, S, D));
+            end();
+            DS41RT_RETURN_IF_ERROR(attention(L, l, B, x.f(), y.f()));
+            begin("mhc+norm");
+            DS41RT_RETURN_IF_ERROR(cuda::hc_expand(X.f(), y.f(), am->post.f(), am->comb.f(), S, hc, D, official_, st()));
+
+            auto fm = mixes(X.f(), S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base);
+            if (!fm) return fm.status();
+            DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(X.f(), fm->pre.f(), S, hc, D, official_, x.f(), st()));
+            DS41RT_RETURN_IF_ERROR(norm(x.f(), L.ffn_norm, S, D));
+            end();
+            DS41RT_RETURN_IF_ERROR(moe(L, l, x.f(), tokens, S, y.f()));
+            begin("mhc+norm");
+            DS41RT_RETURN_IF_ERROR(cuda::hc_expand(X.f(), y.f(), fm->post.f(), fm->comb.f(), S, hc, D, official_, st()));
+            end();
+        }
+        begin("head");
+        DS41RT_RETURN_IF_ERROR(hc_head(X.f(), S, x.f()));
+        DS41RT_RETURN_IF_ERROR(norm(x.f(), norm_, S, D));
+        dtemp lg = m_->temp_f32(S * V);
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(head_, x.f(), lg.f(), S, lin::F32));
+        end();
+        DS41RT_RETURN_IF_ERROR(m_->to_host(logits, lg.f(), size_t(S * V) * sizeof(float)));
+        prof_.collect();
+        for (size_t i = 0; i < B.seq.size(); i++) B.seq[i]->len += B.n[i];
+        return Status::ok();
+    }
+
+    std::unique_ptr<device_model> m_;
+    const model::model_config &c_;
+    bool official_;
+    const uint16_t *embed_ = nullptr;
+    dlinear head_;
+    const float *norm_ = nullptr, *hc_head_fn_ = nullptr, *inv_main_ = nullptr, *inv_compress_ = nullptr;
+    Tensor hc_head_base_, hc_head_scale_;  // host
+    int n_pairs_ = 0;
+    std::vector<layer_dev> layers_;
+    mutable section_timer prof_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<engine>> make_v4_gpu_engine(std::unique_ptr<device_model> m, const engine_options &opt) {
+    if (opt.remote.any_remote())
+        return Status::not_supported("the GPU engine runs every expert layer locally (remote layers: CPU engine)");
+    if (m->config().model_arch != model::arch::V4)
+        return Status::invalid_argument("make_v4_gpu_engine: config is not deepseek_v4");
+    auto e = std::make_unique<v4_gpu>(std::move(m), opt.profile);
+    DS41RT_RETURN_IF_ERROR(e->load());
+    return std::unique_ptr<engine>(std::move(e));
+}
+
+}  // namespace ds41rt::engine::gpu
