@@ -11,16 +11,26 @@
 //     tiles for big batches); it changes which thread runs a chain, never the chain.
 //  2. softmax: one warp per (r, h) turns the scores into P.V weights in place:
 //     TRANSFORMERS: m = max(sink, scores), den = exp(sink - m) + sum exp(s - m), w = exp(s - m) / den
-//     (the host's fp32 steps; the den sum is a fixed lane-strided + butterfly order instead of
-//     the host's sequential one). OFFICIAL: per block of 64 entries the running max m_b (real
-//     scores only; blocks before the first real key are skipped, as the host does), rescale_b =
-//     exp(m_{b-1} - m_b), den = den * rescale_b + sum exp(s - m_b), w = bf16(exp(s - m_b));
-//     after the last block den += exp(sink - m). exp is fp64 rounded once (glibc expf is within
-//     an ulp of it).
-//  3. P.V: per (row, 64-entry block, 64 heads, 32 dims), part_b[h, d] = fmaf chain over the
-//     block's 64 entries of w * k[d] (null entries staged as zeros with weight 0).
+//     OFFICIAL: per block of 64 entries the running max m_b (real scores only; blocks before the
+//     first real key are skipped, as the host does), rescale_b = exp(m_{b-1} - m_b), den = den *
+//     rescale_b + sum exp(s - m_b), w = bf16(exp(s - m_b)); after the last block den += exp(sink
+//     - m). Every den sum runs sequentially in list order, as the host's does (the lanes' exps
+//     are shuffled to all lanes one at a time): a butterfly order moved den by an fp32 ulp now and
+//     then, and OFFICIAL's bf16(acc / den) can turn that into a bf16 ulp. exp is fp64 rounded
+//     once (glibc expf is within an ulp of it).
+//  3. P.V: per (row, 64-entry block, 64 heads, 32 dims), part_b[h, d] = fp64 fma chain over the
+//     block's 64 entries of w * k[d] in list order (null entries staged as zeros with weight 0).
+//     fp64 because the host sums in fp64: w * k is exact in fp64, so the chain is the host's to
+//     the bit. An fp32 chain (the first version of this kernel) rounds at every step; at hd 40,
+//     where the engine leaves the keys unquantized, a few outputs per 10^4 then crossed a bf16
+//     rounding boundary, and inside the OFFICIAL engine (bf16 and fp8 roundings downstream) one
+//     such ulp grew to 2.4e-2 in the fixture's logits. (At hd 64 the keys are fp8/fp4 values and
+//     the fp32 chain happened to be exact.)
 //  4. fold: acc = 0; for each block b in order: acc = acc * rescale_b + part_b (TRANSFORMERS:
-//     acc + part_b); out = acc (TRANSFORMERS) or bf16(acc / den) (OFFICIAL).
+//     acc + part_b), in fp64; out = float(acc) (TRANSFORMERS) or bf16(float(acc) / den) (OFFICIAL).
+//     With one block (L <= 64: every fixture list) this is the host's chain exactly; with more,
+//     the host adds each product to acc * rescale_b directly, a difference of fp64 roundings
+//     that reaches an fp32 output about once in 10^8.
 // When R alone fills the GPU, 3 and 4 run in one kernel that loops over the blocks and keeps
 // acc in registers (same operations, same bits); otherwise each block is its own CTA and its
 // part_b goes through the workspace to a fold kernel, so a single row still uses ~160 CTAs.
@@ -29,10 +39,10 @@
 //  bytes from HBM per call: keys R * L * hd * 4 (1.31 MB per row) + q and out R * H * hd * 4 * 2
 //  (0.26 MB per row); the scores, weights and partials (R * H * L * 4 * 3 + 2 * R * 10 * H * hd
 //  * 4 at small R) stay in L2. FLOPs: 2 * R * H * L * hd for the scores (fp64 FMA) and as many
-//  for P.V (fp32 FMA), 84 MFLOP per row: 64 FLOP per HBM byte against a ~14 FLOP/byte fp32
-//  ridge, so the bound is the CUDA cores, not bandwidth: R = 16 needs 0.67 GFLOP of fp64 (20 us
-//  at the H200's 34 TFLOP/s) + 0.67 GFLOP of fp32 (10 us at 67 TFLOP/s); the shared-memory loads
-//  of these tiles cap both near those rates or below. R = 1 is ~2 us of arithmetic spread over
+//  for P.V (fp64 FMA too), 84 MFLOP per row: 64 FLOP per HBM byte against a ~7 FLOP/byte fp64
+//  ridge, so the bound is the CUDA cores, not bandwidth: R = 16 needs 1.34 GFLOP of fp64 (40 us
+//  at the H200's 34 TFLOP/s); the shared-memory loads of these tiles cap it near that rate or
+//  below. R = 1 is ~2 us of arithmetic spread over
 //  ~160 CTAs per launch, i.e. launch- and latency-bound. Reaching the ~5 us HBM bound at R = 16
 //  needs tensor cores with split operands (hi + lo halves, as gemv.cu does for x): not done here.
 //
@@ -67,19 +77,32 @@ __device__ __forceinline__ float exp_f(float x) { return float(exp(double(x))); 
 __device__ __forceinline__ float4 zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 __device__ __forceinline__ float4 load4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
 
+// Four fp64 accumulators (4 consecutive dims of one head).
+struct dbl4 {
+    double x = 0, y = 0, z = 0, w = 0;
+};
+__device__ __forceinline__ dbl4 load_d4(const double *p) {
+    const double2 a = reinterpret_cast<const double2 *>(p)[0], b = reinterpret_cast<const double2 *>(p)[1];
+    return {a.x, a.y, b.x, b.y};
+}
+__device__ __forceinline__ void store_d4(double *p, dbl4 v) {
+    reinterpret_cast<double2 *>(p)[0] = make_double2(v.x, v.y);
+    reinterpret_cast<double2 *>(p)[1] = make_double2(v.z, v.w);
+}
+
 // One step of the block fold and the final write, shared by the looping P.V kernel and the fold
-// kernel so both produce the same bits.
-__device__ __forceinline__ float fold1(float acc, float part, float rescale, bool official) {
-    return official ? __fadd_rn(__fmul_rn(acc, rescale), part) : __fadd_rn(acc, part);
+// kernel so both produce the same bits. __dmul_rn / __dadd_rn: never contracted to an fma.
+__device__ __forceinline__ double fold1(double acc, double part, float rescale, bool official) {
+    return official ? __dadd_rn(__dmul_rn(acc, double(rescale)), part) : __dadd_rn(acc, part);
 }
-__device__ __forceinline__ float4 fold4(float4 a, float4 p, float rescale, bool official) {
-    return make_float4(fold1(a.x, p.x, rescale, official), fold1(a.y, p.y, rescale, official),
-                       fold1(a.z, p.z, rescale, official), fold1(a.w, p.w, rescale, official));
+__device__ __forceinline__ dbl4 fold4(dbl4 a, dbl4 p, float rescale, bool official) {
+    return {fold1(a.x, p.x, rescale, official), fold1(a.y, p.y, rescale, official), fold1(a.z, p.z, rescale, official),
+            fold1(a.w, p.w, rescale, official)};
 }
-__device__ __forceinline__ float finish1(float acc, float den, bool official) {
-    return official ? dev::round_bf16(__fdiv_rn(acc, den)) : acc;
+__device__ __forceinline__ float finish1(double acc, float den, bool official) {
+    return official ? dev::round_bf16(__fdiv_rn(float(acc), den)) : float(acc);
 }
-__device__ __forceinline__ float4 finish4(float4 a, float den, bool official) {
+__device__ __forceinline__ float4 finish4(dbl4 a, float den, bool official) {
     return make_float4(finish1(a.x, den, official), finish1(a.y, den, official), finish1(a.z, den, official),
                        finish1(a.w, den, official));
 }
@@ -171,11 +194,12 @@ __device__ __forceinline__ float warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
-// Butterfly: every lane ends with the same bits (each step adds the same two values).
-__device__ __forceinline__ float warp_sum(float v) {
+// acc + v(lane 0) + v(lane 1) + ... + v(lane 31), one add at a time: the host's sequential
+// order over 32 consecutive list entries. Every lane ends with the same bits.
+__device__ __forceinline__ float seq_sum(float acc, float v) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
+    for (int j = 0; j < 32; j++) acc = __fadd_rn(acc, __shfl_sync(0xffffffffu, v, j));
+    return acc;
 }
 
 // One warp per (r, h): scores -> weights in place; OFFICIAL also rescale [R, H, nblk] and den [R, H].
@@ -191,14 +215,14 @@ __global__ void __launch_bounds__(32 * SOFTMAX_WARPS)
         float m = snk;
         for (int i = lane; i < L; i += 32) m = fmaxf(m, s[i]);
         m = warp_max(m);
-        float part = 0.0f;
-#pragma unroll 4  // lets the independent fp64 exps of a lane overlap
+        // Lp is a multiple of 64: every lane takes part in every shuffle.
+        float den = exp_f(__fsub_rn(snk, m));
+#pragma unroll 2  // lets the exps of the next entries overlap the add chain
         for (int i = lane; i < Lp; i += 32) {
             const float e = s[i] != -INFINITY ? exp_f(__fsub_rn(s[i], m)) : 0.0f;
             s[i] = e;
-            part = __fadd_rn(part, e);
+            den = seq_sum(den, e);
         }
-        const float den = __fadd_rn(exp_f(__fsub_rn(snk, m)), warp_sum(part));
         for (int i = lane; i < Lp; i += 32) s[i] = __fdiv_rn(s[i], den);
         return;
     }
@@ -215,7 +239,7 @@ __global__ void __launch_bounds__(32 * SOFTMAX_WARPS)
         const float rs = bm > -INFINITY ? exp_f(__fsub_rn(m, bm)) : 1.0f;
         const float e1 = s1 != -INFINITY ? exp_f(__fsub_rn(s1, bm)) : 0.0f;
         const float e2 = s2 != -INFINITY ? exp_f(__fsub_rn(s2, bm)) : 0.0f;
-        den = __fadd_rn(__fmul_rn(den, rs), warp_sum(__fadd_rn(e1, e2)));
+        den = __fadd_rn(__fmul_rn(den, rs), seq_sum(seq_sum(0.0f, e1), e2));
         sb[lane] = dev::round_bf16(e1), sb[lane + 32] = dev::round_bf16(e2);
         if (lane == 0) rescale[size_t(rh) * nblk + b] = rs;
         m = bm;
@@ -227,39 +251,45 @@ __global__ void __launch_bounds__(32 * SOFTMAX_WARPS)
 
 // P.V over list blocks [chunk * bper, ...) of row blockIdx.z for heads hg * 64 .. and dims
 // blockIdx.x * 32 ..: part != nullptr writes each block's part_b (bper = 1); otherwise folds
-// all blocks in registers and writes out.
+// all blocks in registers and writes out. The tiles are staged as fp64 (converted once, not per
+// FMA): 16 KB of keys and 32 KB of weights, the static limit exactly, so the weight rows have no
+// pad; instead head hh's entry i sits at column (i + hh) % 64, which puts the 4 heads a warp
+// reads at one i in distinct banks.
 __global__ void __launch_bounds__(PV_THREADS)
     pv_kernel(const float *const *keys, int H, int L, int hd, const float *w, int Lp, int nblk, int bper,
-              int hgroups, const float *rescale, const float *den, bool official, float *part, float *out) {
-    __shared__ float4 k_s[BLK][PV_DIMS / 4];
-    __shared__ float w_s[PV_HEADS][BLK + 1];
+              int hgroups, const float *rescale, const float *den, bool official, double *part, float *out) {
+    __shared__ __align__(16) double k_s[BLK][PV_DIMS];
+    __shared__ double w_s[PV_HEADS][BLK];
     const int r = blockIdx.z, hg = blockIdx.y % hgroups, chunk = blockIdx.y / hgroups;
     const int h0 = hg * PV_HEADS, d0 = blockIdx.x * PV_DIMS, tid = threadIdx.x, th = tid / 8, td = tid % 8;
     const int b0 = chunk * bper, b1 = min(nblk, b0 + bper), d = d0 + 4 * td;
-    float4 acc[4] = {zero4(), zero4(), zero4(), zero4()};
+    dbl4 acc[4];
     for (int b = b0; b < b1; b++) {
         if (b > b0) __syncthreads();  // the previous block's tiles are still being read
         for (int e = tid; e < BLK * (PV_DIMS / 4); e += PV_THREADS) {
             const int row = e / (PV_DIMS / 4), c = e % (PV_DIMS / 4), i = b * BLK + row, dk = d0 + 4 * c;
             const float *p = i < L ? keys[size_t(r) * L + i] : nullptr;
-            k_s[row][c] = (p && dk < hd) ? load4(p + dk) : zero4();
+            const float4 v = (p && dk < hd) ? load4(p + dk) : zero4();
+            store_d4(&k_s[row][4 * c], {v.x, v.y, v.z, v.w});
         }
         for (int e = tid; e < PV_HEADS * BLK; e += PV_THREADS) {
             const int hh = e / BLK, i = e % BLK, h = h0 + hh;
-            w_s[hh][i] = h < H ? w[(size_t(r) * H + h) * Lp + size_t(b) * BLK + i] : 0.0f;
+            w_s[hh][(i + hh) & (BLK - 1)] = h < H ? w[(size_t(r) * H + h) * Lp + size_t(b) * BLK + i] : 0.0f;
         }
         __syncthreads();
-        float4 bp[4] = {zero4(), zero4(), zero4(), zero4()};
-#pragma unroll 4
+        dbl4 bp[4];
+        // fma(w, k, acc) = acc + w * k rounded once, the host's step: w * k is exact in fp64.
+#pragma unroll 2
         for (int i = 0; i < BLK; i++) {
-            const float4 kv = k_s[i][td];
+            const dbl4 kv = load_d4(&k_s[i][4 * td]);
 #pragma unroll
             for (int a = 0; a < 4; a++) {
-                const float wv = w_s[th + 16 * a][i];
-                bp[a].x = fmaf(wv, kv.x, bp[a].x);
-                bp[a].y = fmaf(wv, kv.y, bp[a].y);
-                bp[a].z = fmaf(wv, kv.z, bp[a].z);
-                bp[a].w = fmaf(wv, kv.w, bp[a].w);
+                const int hh = th + 16 * a;
+                const double wv = w_s[hh][(i + hh) & (BLK - 1)];
+                bp[a].x = fma(wv, kv.x, bp[a].x);
+                bp[a].y = fma(wv, kv.y, bp[a].y);
+                bp[a].z = fma(wv, kv.z, bp[a].z);
+                bp[a].w = fma(wv, kv.w, bp[a].w);
             }
         }
 #pragma unroll
@@ -267,7 +297,7 @@ __global__ void __launch_bounds__(PV_THREADS)
             const int h = h0 + th + 16 * a;
             if (h >= H || d >= hd) continue;
             if (part) {
-                *reinterpret_cast<float4 *>(part + ((size_t(r) * nblk + b) * H + h) * hd + d) = bp[a];
+                store_d4(part + ((size_t(r) * nblk + b) * H + h) * hd + d, bp[a]);
             } else {
                 const float rs = official ? rescale[(size_t(r) * H + h) * nblk + b] : 1.0f;
                 acc[a] = fold4(acc[a], bp[a], rs, official);
@@ -286,14 +316,14 @@ __global__ void __launch_bounds__(PV_THREADS)
 
 // One thread per 4 output dims: the blocks' partials folded in block order.
 __global__ void __launch_bounds__(FOLD_THREADS)
-    fold_kernel(const float *part, const float *rescale, const float *den, int64_t n4, int H, int hd, int nblk,
+    fold_kernel(const double *part, const float *rescale, const float *den, int64_t n4, int H, int hd, int nblk,
                 bool official, float *out) {
     const int64_t idx = int64_t(blockIdx.x) * FOLD_THREADS + threadIdx.x;
     if (idx >= n4) return;
     const int64_t rh = idx / (hd / 4), r = rh / H, h = rh % H, d = 4 * (idx % (hd / 4));
-    float4 acc = zero4();
+    dbl4 acc;
     for (int b = 0; b < nblk; b++) {
-        const float4 p = load4(part + ((r * nblk + b) * H + h) * hd + d);
+        const dbl4 p = load_d4(part + ((r * nblk + b) * H + h) * hd + d);
         acc = fold4(acc, p, official ? rescale[rh * nblk + b] : 1.0f, official);
     }
     *reinterpret_cast<float4 *>(out + rh * hd + d) = finish4(acc, official ? den[rh] : 1.0f, official);
@@ -304,7 +334,7 @@ struct attention_plan {
     int nblk = 0, Lp = 0;
     bool big_scores = false;  // 32 x 64 score tiles instead of 8 x 32
     bool loop_pv = false;     // P.V folds in registers (no partials)
-    size_t part = 0, sc = 0, rescale = 0, den = 0, bytes = 0;  // offsets in floats; bytes in total
+    size_t part = 0, sc = 0, rescale = 0, den = 0, bytes = 0;  // offsets in floats (part: fp64); bytes in total
 };
 
 int current_sm_count() {
@@ -325,7 +355,7 @@ attention_plan make_plan(const attention_batch &b, int sms) {
     auto round4 = [](size_t n) { return (n + 3) / 4 * 4; };  // float4 alignment of each array
     size_t off = 0;
     p.part = off;
-    if (!p.loop_pv) off += round4(size_t(R * p.nblk * H * hd));
+    if (!p.loop_pv) off += 2 * round4(size_t(R * p.nblk * H * hd));  // doubles
     p.sc = off;
     off += round4(size_t(R * H * p.Lp));
     p.rescale = off;
@@ -419,7 +449,7 @@ Status run_attention(const attention_batch &b, cudaStream_t stream) {
         DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
         return Status::ok();
     }
-    float *part = ws + p.part;
+    double *part = reinterpret_cast<double *>(ws + p.part);
     const dim3 grid(dim_tiles, unsigned(hgroups * p.nblk), unsigned(b.R));
     pv_kernel<<<grid, PV_THREADS, 0, stream>>>(b.keys, b.H, b.L, b.hd, sc, p.Lp, p.nblk, 1, hgroups, rescale, den,
                                                b.official, part, b.out);

@@ -4,13 +4,16 @@
 //
 // Numerics (see attention.cu for the order of every sum):
 //  - Scores: the host's bits (fp64 dot products summed in the host's order, rounded once).
+//  - Softmax denominators: fp32 sums in the host's sequential list order.
+//  - P.V: fp64, as the host sums it (w * k is exact in fp64): the host's chain exactly for lists
+//    of up to 64 entries (one block); longer lists fold per-64-entry partial sums, which differs
+//    from the host's single chain only in fp64 roundings.
 //  - TRANSFORMERS (official = false): one softmax over all scores and the sink; weights p = e / den
-//    as the host forms them; P.V summed in fp32 (the host sums in fp64), so outputs are within
-//    ~1e-6 of the row's largest |out| (tests/cuda/attention_test.cpp states the bound).
-//  - OFFICIAL: the reference kernel's blocks of 64 list entries, running max over real scores,
-//    bf16(exp(score - max)) weights for P.V, the sink's exp joining the denominator last, bf16
-//    output: equal to the host's bits except where the fp32 sums land a value across a bf16
-//    rounding boundary (one bf16 ulp).
+//    as the host forms them; out = float(acc). OFFICIAL: the reference kernel's blocks of 64 list
+//    entries, running max over real scores, bf16(exp(score - max)) weights for P.V, the sink's
+//    exp joining the denominator last, out = bf16(float(acc) / den). Both are the host's bits
+//    except where exp (fp64 here, glibc expf there) or an fp64 rounding of the block fold lands
+//    on the other side of a rounding boundary (rare; tests/cuda/attention_test.cpp bounds it).
 //  - Every sum runs in an order fixed by (L, hd) alone, so a row's output bits do not depend on R
 //    or on the other rows of the batch (decode and prefill agree exactly).
 //  - No key at all (L = 0 or every entry nullptr): out = 0, as the host gives.
@@ -43,7 +46,7 @@ struct attention_batch {
 };
 
 // Scratch for the scores (R x H x ceil(L / 64) * 64 floats) and, when R is small, the per-block
-// P.V partials (R x ceil(L / 64) x H x hd floats): 5.6 MB at R = 4, H = 64, L = 640, hd = 512.
+// P.V partials (R x ceil(L / 64) x H x hd doubles): 11 MB at R = 4, H = 64, L = 640, hd = 512.
 // Reads the current device's SM count (the launch shape depends on it, the results do not).
 size_t attention_workspace_bytes(const attention_batch &b);
 
