@@ -48,6 +48,9 @@ void nvfp4_fake_quant_act(float *x, int64_t rows, int64_t dim, float input_scale
     for (int64_t r = 0; r < rows; r++)
         for (int64_t b = 0; b < dim; b += 16) {
             float *p = x + r * dim + b;
+            // The producer quantizes bf16 rows: fp32 activations (TRANSFORMERS numerics) are cast
+            // first, a no-op for the bf16 values of OFFICIAL numerics.
+            for (int i = 0; i < 16; i++) p[i] = round_bf16(p[i]);
             float amax = 0;
             for (int i = 0; i < 16; i++) amax = std::max(amax, std::fabs(p[i]));
             float s = round_e4m3(std::min(amax / six_gs, 448.0f), /*saturate=*/true) * gs;

@@ -9,7 +9,8 @@ namespace ds41rt::backend::cpu {
 
 // NVFP4 activation fake quantization along each row in blocks of 16, with the per-tensor
 // input_scale, exactly as the producer (nvidia-modelopt 0.47) defines it for its calibrated
-// W4A4 model. In place; dim % 16 == 0. out_bf16: round the result to bf16, as ModelOpt's kernel
+// W4A4 model, whose activations are bf16 (fp32 inputs are cast to bf16 first). In place;
+// dim % 16 == 0. out_bf16: round the result to bf16, as ModelOpt's kernel
 // writes its output in the input's dtype (bf16 rows in, bf16 out).
 void nvfp4_fake_quant_act(float *x, int64_t rows, int64_t dim, float input_scale, bool out_bf16);
 

@@ -115,6 +115,9 @@ __device__ __forceinline__ void quant_block16(const float *__restrict__ p, float
         const float4 f = __ldg(reinterpret_cast<const float4 *>(p) + i);
         v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
     }
+    // The producer's activations are bf16: fp32 rows are cast first (backend/cpu does the same).
+#pragma unroll
+    for (int i = 0; i < 16; i++) v[i] = dev::round_bf16(v[i]);
     float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(v[i]));
