@@ -79,9 +79,10 @@ TEST(nvfp4, check_refuses_nan_scales_and_bad_scalars) {
 
 // input_scale 1/6 makes the block scale e4m3(amax) * (1/6): with amax = 6 it is exactly 1, so the
 // E2M1 grid and its ties show directly (ModelOpt's fp4_round_magnitude: ties to the even code).
+// Inputs are bf16 values (the quantizer casts to bf16 first), e.g. 5.03125 rather than 5.01.
 TEST(nvfp4, activation_quant_hand_values) {
     const float gs = 1.0f / 6.0f;
-    float x[32] = {6.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, -0.26f, -0.74f, 5.01f, -6.0f, 0.0f, -0.0f, 2.9f, 1.1f,
+    float x[32] = {6.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, -0.26f, -0.74f, 5.03125f, -6.0f, 0.0f, -0.0f, 2.9f, 1.1f,
                    // block 2: amax 0 -> the scale is replaced by 1 and everything stays 0
                    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     const float want[16] = {6.0f, 0.0f, 1.0f, 1.0f, 2.0f, 2.0f, 4.0f, 4.0f, -0.5f, -0.5f, 6.0f, -6.0f, 0.0f, 0.0f, 3.0f, 1.0f};
