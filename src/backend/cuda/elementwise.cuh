@@ -1,5 +1,6 @@
 // Elementwise steps between the model's ops: the OFFICIAL numerics' bf16 rounding of an
-// activation, and the MoE output (routed sum + shared expert, one rounding).
+// activation, the MoE output (routed sum + shared expert, one rounding), and the row gather /
+// scatter-add of the MoE prefill path (each expert's rows in, its outputs added back).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,5 +16,13 @@ Status round_bf16_inplace(float *x, int64_t n, cudaStream_t stream);
 
 // out[i] = a[i] + b[i] (fp32), then bf16 when round_bf16. out may be a or b.
 Status add_rows(const float *a, const float *b, float *out, int64_t n, bool round_bf16, cudaStream_t stream);
+
+// out[i, :] = x[idx[i], :] for i < n (rows of width D). idx: device int32.
+Status gather_rows(const float *x, const int32_t *idx, int64_t n, int64_t D, float *out, cudaStream_t stream);
+
+// acc[idx[i], :] += v with v = y[i, :], bf16-rounded when round_bf16, times weight[i] when weight is
+// non-null (the MoE combine's steps, in that order). The idx of one call must be distinct.
+Status scatter_add_rows(float *acc, const float *y, const int32_t *idx, const float *weight, int64_t n, int64_t D,
+                        bool round_bf16, cudaStream_t stream);
 
 }  // namespace ds41rt::backend::cuda
