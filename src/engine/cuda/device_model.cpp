@@ -8,6 +8,7 @@
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/fake_quant.cuh"
 #include "backend/cuda/gemv.cuh"
+#include "backend/cuda/mhc.cuh"
 
 namespace ds41rt::engine::gpu {
 
@@ -359,6 +360,48 @@ Status device_model::to_device(void *dev, const void *host, size_t bytes) const 
     // behaviour), so the host buffer may die right after, and the stream is not drained.
     DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream_));
     return Status::ok();
+}
+
+Result<dtemp> device_model::upload_temp(const void *host, size_t bytes) const {
+    dtemp t = temp(bytes);
+    DS41RT_RETURN_IF_ERROR(to_device(t.as<void>(), host, bytes));
+    return t;
+}
+
+std::vector<float> device_model::download_f32(const float *dev, int64_t n, Status *s) const {
+    std::vector<float> h(static_cast<size_t>(n));
+    if (n > 0) *s = to_host(h.data(), dev, size_t(n) * sizeof(float));
+    return h;
+}
+
+Status device_model::append(dev_rows &r, const float *src, int64_t n) const {
+    if (n <= 0) return Status::ok();
+    if (r.rows + n > r.cap) {
+        const int64_t cap = std::max({r.cap * 2, r.rows + n, int64_t(16)});
+        dtemp nb = temp_f32(cap * r.width);
+        if (r.rows > 0)
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(nb.f(), r.buf.f(), size_t(r.rows * r.width) * sizeof(float),
+                                                        cudaMemcpyDeviceToDevice, stream_));
+        r.buf = std::move(nb);
+        r.cap = cap;
+    }
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(r.buf.f() + r.rows * r.width, src, size_t(n * r.width) * sizeof(float),
+                                                cudaMemcpyDeviceToDevice, stream_));
+    r.rows += n;
+    return Status::ok();
+}
+
+Result<hc_mix_dev> device_model::hc_mixes(const float *X, int64_t S, const float *fn, const float *scale,
+                                          const float *base) const {
+    const int hc = cfg_.hc_mult;
+    const int64_t n_mix = int64_t(2 + hc) * hc;
+    dtemp mm = temp_f32(S * n_mix);
+    DS41RT_RETURN_IF_ERROR(
+        cuda::hc_project(X, S, int64_t(hc) * cfg_.dim, fn, n_mix, cfg_.norm_eps, official_, mm.f(), stream_));
+    hc_mix_dev mx{temp_f32(S * hc), temp_f32(S * hc), temp_f32(S * hc * hc)};
+    DS41RT_RETURN_IF_ERROR(cuda::hc_split_sinkhorn(mm.f(), S, hc, scale, base, cfg_.hc_eps, cfg_.hc_sinkhorn_iters,
+                                                   mx.pre.f(), mx.post.f(), mx.comb.f(), stream_));
+    return mx;
 }
 
 Status device_model::to_host_pair(void *h1, const void *d1, size_t b1, void *h2, const void *d2, size_t b2) const {

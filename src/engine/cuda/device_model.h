@@ -58,6 +58,19 @@ private:
     cudaStream_t s_ = nullptr;
 };
 
+// Rows of a fixed width on the device that grow at the end (compressed entries, index keys, open
+// compression groups): capacity doubles, old rows are copied on the stream.
+struct dev_rows {
+    dtemp buf;
+    int64_t rows = 0, cap = 0, width = 0;
+    const float *at(int64_t r) const { return buf.f() + r * width; }
+};
+
+// The mHC mixes of one site for S tokens: pre, post [S, hc], comb [S, hc, hc].
+struct hc_mix_dev {
+    dtemp pre, post, comb;
+};
+
 // A linear's weight on the device, in its stored format.
 struct dlinear {
     enum class kind { FP8, MXFP4, DENSE } k = kind::DENSE;
@@ -125,6 +138,13 @@ public:
     Status to_host(void *host, const void *dev, size_t bytes) const;  // synchronises the stream
     Status to_host_pair(void *h1, const void *d1, size_t b1, void *h2, const void *d2, size_t b2) const;  // one sync
     Status to_device(void *dev, const void *host, size_t bytes) const;  // stream-ordered, no sync
+    Result<dtemp> upload_temp(const void *host, size_t bytes) const;    // a temporary holding host's bytes
+    std::vector<float> download_f32(const float *dev, int64_t n, Status *s) const;  // synchronises
+    // Appends n rows of src (device) to r.
+    Status append(dev_rows &r, const float *src, int64_t n) const;
+    // One mHC site's mixes from the streams X [S, hc, dim] (engine/mhc.h; OFFICIAL folds the RMS in
+    // after the projection, as the reference does).
+    Result<hc_mix_dev> hc_mixes(const float *X, int64_t S, const float *fn, const float *scale, const float *base) const;
 
 private:
     device_model() = default;

@@ -82,12 +82,6 @@ struct layer_dev {
 
 // ---- sequence state on the device ------------------------------------------------------------
 
-// Rows of a fixed width that grow at the end (compressed entries, index keys, open groups).
-struct dev_rows {
-    dtemp buf;
-    int64_t rows = 0, cap = 0, width = 0;
-    const float *at(int64_t r) const { return buf.f() + r * width; }
-};
 
 struct source_dev {
     dev_rows buf_kv, buf_gate, entries, index_keys;
@@ -112,9 +106,6 @@ struct shared_sel {
     int64_t cand_T = 0;
 };
 
-struct mixes_dev {
-    dtemp pre, post, comb;
-};
 
 // Page-locked host memory that device-to-host copies can land in asynchronously, and the event
 // that says they have.
@@ -308,45 +299,9 @@ private:
     }
     const float *inv_for(int layer) const { return c_.ratio(layer) > 0 ? inv_compress_ : inv_main_; }
 
-    Result<dtemp> upload_temp(const void *host, size_t bytes) const {
-        dtemp t = m_->temp(bytes);
-        DS41RT_RETURN_IF_ERROR(m_->to_device(t.as<void>(), host, bytes));
-        return t;
-    }
-    std::vector<float> download(const float *dev, int64_t n, Status *s) const {
-        std::vector<float> h(static_cast<size_t>(n));
-        if (n > 0) *s = m_->to_host(h.data(), dev, size_t(n) * sizeof(float));
-        return h;
-    }
 
-    Status append(dev_rows &r, const float *src, int64_t n) const {
-        if (n <= 0) return Status::ok();
-        if (r.rows + n > r.cap) {
-            const int64_t cap = std::max({r.cap * 2, r.rows + n, int64_t(16)});
-            dtemp nb = m_->temp_f32(cap * r.width);
-            if (r.rows > 0)
-                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(nb.f(), r.buf.f(), size_t(r.rows * r.width) * sizeof(float),
-                                                            cudaMemcpyDeviceToDevice, st()));
-            r.buf = std::move(nb);
-            r.cap = cap;
-        }
-        DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(r.buf.f() + r.rows * r.width, src,
-                                                    size_t(n * r.width) * sizeof(float), cudaMemcpyDeviceToDevice, st()));
-        r.rows += n;
-        return Status::ok();
-    }
 
     // ---- mHC (spec 4.2) ----
-    Result<mixes_dev> mixes(const float *X, int64_t S, const float *fn, const float *scale, const float *base) const {
-        const int hc = c_.hc_mult;
-        const int64_t n_mix = int64_t(2 + hc) * hc;
-        dtemp mm = m_->temp_f32(S * n_mix);
-        DS41RT_RETURN_IF_ERROR(cuda::hc_project(X, S, int64_t(hc) * c_.dim, fn, n_mix, eps(), official_, mm.f(), st()));
-        mixes_dev mx{m_->temp_f32(S * hc), m_->temp_f32(S * hc), m_->temp_f32(S * hc * hc)};
-        DS41RT_RETURN_IF_ERROR(cuda::hc_split_sinkhorn(mm.f(), S, hc, scale, base, c_.hc_eps, c_.hc_sinkhorn_iters,
-                                                       mx.pre.f(), mx.post.f(), mx.comb.f(), st()));
-        return mx;
-    }
 
     // ---- Engram (spec 4.9) ----
     Status engram(const layer_dev &L, int k, const step_rows &B, float *X) const {
@@ -359,7 +314,7 @@ private:
                 hasher_.hash(B.seq[i]->engram_history, B.p0[i] + s, k, ids.data() + (B.off[i] + s) * ncols);
         if (m_->is_dummy())
             for (int64_t &id : ids) id %= L.e_rows;
-        auto ids_d = upload_temp(ids.data(), ids.size() * sizeof(int64_t));
+        auto ids_d = m_->upload_temp(ids.data(), ids.size() * sizeof(int64_t));
         if (!ids_d) return ids_d.status();
         dtemp rows = m_->temp_f32(S * in_w), kv = m_->temp_f32(S * out_w);
         DS41RT_RETURN_IF_ERROR(cuda::gather_rows_fp8_e8m0(L.e_table, L.e_scale, L.e_rows, ehd,
@@ -389,8 +344,8 @@ private:
         }
         dtemp kv = m_->temp_f32(S * hd), gate = m_->temp_f32(S * hd);
         DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.c_wkv, x, kv.f()}, {&L.c_wgate, x, gate.f()}}, S, lin::F32));
-        DS41RT_RETURN_IF_ERROR(append(src.buf_kv, kv.f(), S));
-        DS41RT_RETURN_IF_ERROR(append(src.buf_gate, gate.f(), S));
+        DS41RT_RETURN_IF_ERROR(m_->append(src.buf_kv, kv.f(), S));
+        DS41RT_RETURN_IF_ERROR(m_->append(src.buf_gate, gate.f(), S));
         const int64_t groups = src.buf_kv.rows / ratio, used = groups * ratio;
         *n_latent = groups;
         dtemp latent = m_->temp_f32(std::max<int64_t>(groups, 1) * hd);
@@ -422,11 +377,11 @@ private:
             DS41RT_RETURN_IF_ERROR(norm(k.f(), L.i_k_norm, n_latent, ihd));
             std::vector<int64_t> lpos(static_cast<size_t>(n_latent));
             for (int64_t g = 0; g < n_latent; g++) lpos[size_t(g)] = first_pos + ratio * g;
-            auto lp = upload_temp(lpos.data(), lpos.size() * sizeof(int64_t));
+            auto lp = m_->upload_temp(lpos.data(), lpos.size() * sizeof(int64_t));
             if (!lp) return lp.status();
             DS41RT_RETURN_IF_ERROR(rope(k.f(), n_latent, ihd, lp->as<int64_t>(), 1, inv_compress_, false));
             if (ihd % 32 == 0) DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp4_ue8m0(k.f(), n_latent, ihd, 32, st()));
-            DS41RT_RETURN_IF_ERROR(append(src.index_keys, k.f(), n_latent));
+            DS41RT_RETURN_IF_ERROR(m_->append(src.index_keys, k.f(), n_latent));
         }
         (void)hd;
         const int64_t T = src.index_keys.rows;
@@ -485,7 +440,7 @@ private:
         }
         // TRANSFORMERS: torch's tie order has no GPU twin; the scores come back for the host's top-k.
         Status s;
-        std::vector<float> scores = download(scores_d.f(), S * T, &s);
+        std::vector<float> scores = m_->download_f32(scores_d.f(), S * T, &s);
         DS41RT_RETURN_IF_ERROR(s);
         if (layer == c_.candidate_source_layer) {
             sh.has_candidates = true;
@@ -536,12 +491,12 @@ private:
                 if (n_latent > 0) {
                     std::vector<int64_t> lpos(static_cast<size_t>(n_latent));
                     for (int64_t g = 0; g < n_latent; g++) lpos[size_t(g)] = first_pos + c_.ratio(layer) * g;
-                    auto lp = upload_temp(lpos.data(), lpos.size() * sizeof(int64_t));
+                    auto lp = m_->upload_temp(lpos.data(), lpos.size() * sizeof(int64_t));
                     if (!lp) return lp.status();
                     DS41RT_RETURN_IF_ERROR(rope(latent.f(), n_latent, hd, lp->as<int64_t>(), 1, inv_compress_, false));
                     if (hd % 16 == 0)
                         DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp4_e4m3(latent.f(), n_latent, hd, 16, st()));
-                    DS41RT_RETURN_IF_ERROR(append(src.entries, latent.f(), n_latent));
+                    DS41RT_RETURN_IF_ERROR(m_->append(src.entries, latent.f(), n_latent));
                 }
                 if (src.entries.rows > 0) centries[i] = src.entries.buf.f();
             }
@@ -578,7 +533,7 @@ private:
         }
         std::vector<const float *> flat(static_cast<size_t>(S) * Lmax, nullptr);
         for (int64_t s = 0; s < S; s++) std::copy(lists[size_t(s)].begin(), lists[size_t(s)].end(), flat.begin() + s * int64_t(Lmax));
-        auto keys_d = upload_temp(flat.data(), std::max<size_t>(flat.size(), 1) * sizeof(const float *));
+        auto keys_d = m_->upload_temp(flat.data(), std::max<size_t>(flat.size(), 1) * sizeof(const float *));
         if (!keys_d) return keys_d.status();
 
         dtemp o = m_->temp_f32(S * H * hd);
@@ -692,8 +647,8 @@ private:
             for (auto &[r, w] : by_expert[size_t(e)]) idx.push_back(r), wts.push_back(w);
             first[size_t(e) + 1] = idx.size();
         }
-        auto idx_d = upload_temp(idx.data(), idx.size() * sizeof(int32_t));
-        auto w_d = upload_temp(wts.data(), wts.size() * sizeof(float));
+        auto idx_d = m_->upload_temp(idx.data(), idx.size() * sizeof(int32_t));
+        auto w_d = m_->upload_temp(wts.data(), wts.size() * sizeof(float));
         if (!idx_d) return idx_d.status();
         if (!w_d) return w_d.status();
         DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, size_t(S * D) * sizeof(float), st()));
@@ -825,8 +780,8 @@ private:
         std::vector<int64_t> pos(static_cast<size_t>(S));
         for (size_t i = 0; i < B.seq.size(); i++)
             for (int64_t s = 0; s < B.n[i]; s++) pos[size_t(B.off[i] + s)] = B.p0[i] + s;
-        auto pos_d = upload_temp(pos.data(), pos.size() * sizeof(int64_t));
-        auto ids_d = upload_temp(tokens.data(), tokens.size() * sizeof(int32_t));
+        auto pos_d = m_->upload_temp(pos.data(), pos.size() * sizeof(int64_t));
+        auto ids_d = m_->upload_temp(tokens.data(), tokens.size() * sizeof(int32_t));
         if (!pos_d) return pos_d.status();
         if (!ids_d) return ids_d.status();
         B.pos_d = pos_d->as<int64_t>();
@@ -834,7 +789,7 @@ private:
         DS41RT_RETURN_IF_ERROR(cuda::embed_rows_bf16(embed_, V, D, ids_d->as<int32_t>(), S, hc, X.f(), st()));
         std::vector<float> one_hot(static_cast<size_t>(S * hc), 0.0f);  // the first site reads stream 0
         for (int64_t s = 0; s < S; s++) one_hot[size_t(s * hc)] = 1.0f;
-        auto pre0 = upload_temp(one_hot.data(), one_hot.size() * sizeof(float));
+        auto pre0 = m_->upload_temp(one_hot.data(), one_hot.size() * sizeof(float));
         if (!pre0) return pre0.status();
         dtemp pre_mix = std::move(pre0.value());
         end();
@@ -851,7 +806,7 @@ private:
             }
 
             begin("mhc+norm");
-            auto am = mixes(X.f(), S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base);
+            auto am = m_->hc_mixes(X.f(), S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base);
             if (!am) return am.status();
             DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(X.f(), pre_mix.f(), S, hc, D, official_, x.f(), st()));
             DS41RT_RETURN_IF_ERROR(norm(x.f(), L.attn_norm, S, D));
@@ -860,7 +815,7 @@ private:
             begin("mhc+norm");
             DS41RT_RETURN_IF_ERROR(cuda::hc_expand(X.f(), y.f(), am->post.f(), am->comb.f(), S, hc, D, official_, st()));
 
-            auto fm = mixes(X.f(), S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base);
+            auto fm = m_->hc_mixes(X.f(), S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base);
             if (!fm) return fm.status();
             DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(X.f(), am->pre.f(), S, hc, D, official_, x.f(), st()));
             DS41RT_RETURN_IF_ERROR(norm(x.f(), L.ffn_norm, S, D));

@@ -84,11 +84,6 @@ struct layer_dev {
 
 // ---- sequence state ----------------------------------------------------------------------------
 
-// Rows of a fixed width that grow at the end (compressed entries, index keys).
-struct dev_rows {
-    dtemp buf;
-    int64_t rows = 0, cap = 0, width = 0;
-};
 
 struct comp_seq {
     v4::compressor_buffer open;  // host: the open windows
@@ -102,9 +97,6 @@ struct seq_dev {
     std::vector<comp_seq> comp, icomp;           // per layer (used where ratio > 0 / CSA)
 };
 
-struct mixes_dev {
-    dtemp pre, post, comb;
-};
 
 // The rows of one step: the new tokens of several sequences, concatenated (as in v41_gpu).
 struct step_rows {
@@ -285,45 +277,9 @@ private:
     }
     const float *inv_for(int layer) const { return c_.ratio(layer) > 0 ? inv_compress_ : inv_main_; }
 
-    Result<dtemp> upload_temp(const void *host, size_t bytes) const {
-        dtemp t = m_->temp(bytes);
-        DS41RT_RETURN_IF_ERROR(m_->to_device(t.as<void>(), host, bytes));
-        return t;
-    }
-    std::vector<float> download(const float *dev, int64_t n, Status *s) const {
-        std::vector<float> h(static_cast<size_t>(n));
-        if (n > 0) *s = m_->to_host(h.data(), dev, size_t(n) * sizeof(float));
-        return h;
-    }
 
-    Status append(dev_rows &r, const float *src, int64_t n) const {
-        if (n <= 0) return Status::ok();
-        if (r.rows + n > r.cap) {
-            const int64_t cap = std::max({r.cap * 2, r.rows + n, int64_t(16)});
-            dtemp nb = m_->temp_f32(cap * r.width);
-            if (r.rows > 0)
-                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(nb.f(), r.buf.f(), size_t(r.rows * r.width) * sizeof(float),
-                                                            cudaMemcpyDeviceToDevice, st()));
-            r.buf = std::move(nb);
-            r.cap = cap;
-        }
-        DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(r.buf.f() + r.rows * r.width, src,
-                                                    size_t(n * r.width) * sizeof(float), cudaMemcpyDeviceToDevice, st()));
-        r.rows += n;
-        return Status::ok();
-    }
 
     // ---- mHC (spec 3.3): V4's classic sites, pre / post / comb computed and used at one site ----
-    Result<mixes_dev> mixes(const float *X, int64_t S, const float *fn, const float *scale, const float *base) const {
-        const int hc = c_.hc_mult;
-        const int64_t n_mix = int64_t(2 + hc) * hc;
-        dtemp mm = m_->temp_f32(S * n_mix);
-        DS41RT_RETURN_IF_ERROR(cuda::hc_project(X, S, int64_t(hc) * c_.dim, fn, n_mix, eps(), official_, mm.f(), st()));
-        mixes_dev mx{m_->temp_f32(S * hc), m_->temp_f32(S * hc), m_->temp_f32(S * hc * hc)};
-        DS41RT_RETURN_IF_ERROR(cuda::hc_split_sinkhorn(mm.f(), S, hc, scale, base, c_.hc_eps, c_.hc_sinkhorn_iters,
-                                                       mx.pre.f(), mx.post.f(), mx.comb.f(), st()));
-        return mx;
-    }
 
     // hc_head (spec 3.10): pre = sigmoid(mix * scale + base) + eps (on the host: hc numbers a
     // row), then the collapse of the streams into x.
@@ -332,13 +288,13 @@ private:
         dtemp mm = m_->temp_f32(S * hc);
         DS41RT_RETURN_IF_ERROR(cuda::hc_project(X, S, int64_t(hc) * c_.dim, hc_head_fn_, hc, eps(), official_, mm.f(), st()));
         Status s;
-        std::vector<float> m = download(mm.f(), S * hc, &s), pre(static_cast<size_t>(S * hc));
+        std::vector<float> m = m_->download_f32(mm.f(), S * hc, &s), pre(static_cast<size_t>(S * hc));
         DS41RT_RETURN_IF_ERROR(s);
         const float sc = hc_head_scale_.f()[0], *b = hc_head_base_.f();
         for (int64_t r = 0; r < S; r++)
             for (int j = 0; j < hc; j++)
                 pre[size_t(r * hc + j)] = backend::cpu::sigmoid(m[size_t(r * hc + j)] * sc + b[j]) + c_.hc_eps;
-        auto pre_d = upload_temp(pre.data(), pre.size() * sizeof(float));
+        auto pre_d = m_->upload_temp(pre.data(), pre.size() * sizeof(float));
         if (!pre_d) return pre_d.status();
         return cuda::hc_collapse(X, pre_d->f(), S, hc, c_.dim, official_, x, st());
     }
@@ -368,9 +324,9 @@ private:
         }
         const int64_t G = int64_t(pos.size());
         if (G == 0) return Status::ok();
-        auto lt = upload_temp(latents.data(), latents.size() * sizeof(float));
+        auto lt = m_->upload_temp(latents.data(), latents.size() * sizeof(float));
         if (!lt) return lt.status();
-        auto pos_d = upload_temp(pos.data(), pos.size() * sizeof(int64_t));
+        auto pos_d = m_->upload_temp(pos.data(), pos.size() * sizeof(int64_t));
         if (!pos_d) return pos_d.status();
         float *e = lt->f();
         if (official_) DS41RT_RETURN_IF_ERROR(cuda::round_bf16_inplace(e, G * d, st()));
@@ -383,7 +339,7 @@ private:
                 DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp8_ue8m0_cols(e, G, d, d - c_.rope_head_dim, KV_QAT_BLOCK, st()));
         }
         for (size_t i = 0, g0 = 0; i < B.seq.size(); g0 += size_t(groups[i]), i++)
-            DS41RT_RETURN_IF_ERROR(append(cs[i]->entries, e + int64_t(g0) * d, groups[i]));
+            DS41RT_RETURN_IF_ERROR(m_->append(cs[i]->entries, e + int64_t(g0) * d, groups[i]));
         return Status::ok();
     }
 
@@ -460,7 +416,7 @@ private:
         }
         // TRANSFORMERS: torch's tie order has no GPU twin; the scores come back for the host's top-k.
         Status s;
-        std::vector<float> scores = download(scores_d.f(), score_off[nseq], &s);
+        std::vector<float> scores = m_->download_f32(scores_d.f(), score_off[nseq], &s);
         DS41RT_RETURN_IF_ERROR(s);
         for (size_t i = 0; i < nseq; i++)
             for (int64_t r = 0; r < B.n[i] && T[i] > 0; r++)
@@ -553,7 +509,7 @@ private:
         }
         std::vector<const float *> flat(static_cast<size_t>(S) * Lmax, nullptr);
         for (int64_t s = 0; s < S; s++) std::copy(lists[size_t(s)].begin(), lists[size_t(s)].end(), flat.begin() + s * int64_t(Lmax));
-        auto keys_d = upload_temp(flat.data(), std::max<size_t>(flat.size(), 1) * sizeof(const float *));
+        auto keys_d = m_->upload_temp(flat.data(), std::max<size_t>(flat.size(), 1) * sizeof(const float *));
         if (!keys_d) return keys_d.status();
 
         dtemp o = m_->temp_f32(S * H * hd);
@@ -624,7 +580,7 @@ private:
         dtemp logits = m_->temp_f32(S * E);
         DS41RT_RETURN_IF_ERROR(m_->run_linear(L.gate_w, x, logits.f(), S, lin::F32));
         Status s;
-        std::vector<float> lh = download(logits.f(), S * E, &s);
+        std::vector<float> lh = m_->download_f32(logits.f(), S * E, &s);
         DS41RT_RETURN_IF_ERROR(s);
         const backend::cpu::route_table rt = v4::route(c_, lh.data(), S, hash ? L.tid2eid.data() : nullptr,
                                                        hash ? nullptr : L.gate_bias.f(), tokens.data(), official_);
@@ -716,8 +672,8 @@ private:
         std::vector<int64_t> pos(static_cast<size_t>(S));
         for (size_t i = 0; i < B.seq.size(); i++)
             for (int64_t s = 0; s < B.n[i]; s++) pos[size_t(B.off[i] + s)] = B.p0[i] + s;
-        auto pos_d = upload_temp(pos.data(), pos.size() * sizeof(int64_t));
-        auto ids_d = upload_temp(tokens.data(), tokens.size() * sizeof(int32_t));
+        auto pos_d = m_->upload_temp(pos.data(), pos.size() * sizeof(int64_t));
+        auto ids_d = m_->upload_temp(tokens.data(), tokens.size() * sizeof(int32_t));
         if (!pos_d) return pos_d.status();
         if (!ids_d) return ids_d.status();
         B.pos_d = pos_d->as<int64_t>();
@@ -730,7 +686,7 @@ private:
         for (int l = 0; l < c_.n_layers; l++) {
             const layer_dev &L = layers_[size_t(l)];
             begin("mhc+norm");
-            auto am = mixes(X.f(), S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base);
+            auto am = m_->hc_mixes(X.f(), S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base);
             if (!am) return am.status();
             DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(X.f(), am->pre.f(), S, hc, D, official_, x.f(), st()));
             DS41RT_RETURN_IF_ERROR(norm(x.f(), L.attn_norm, S, D));
@@ -739,7 +695,7 @@ private:
             begin("mhc+norm");
             DS41RT_RETURN_IF_ERROR(cuda::hc_expand(X.f(), y.f(), am->post.f(), am->comb.f(), S, hc, D, official_, st()));
 
-            auto fm = mixes(X.f(), S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base);
+            auto fm = m_->hc_mixes(X.f(), S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base);
             if (!fm) return fm.status();
             DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(X.f(), fm->pre.f(), S, hc, D, official_, x.f(), st()));
             DS41RT_RETURN_IF_ERROR(norm(x.f(), L.ffn_norm, S, D));
