@@ -404,6 +404,35 @@ Result<hc_mix_dev> device_model::hc_mixes(const float *X, int64_t S, const float
     return mx;
 }
 
+Status device_model::grouped_output(const dlinear &wo_a, const dlinear &wo_b, const float *o, int64_t S,
+                                    int64_t heads_width, int64_t G, int64_t R, float *out) const {
+    const int64_t gin = heads_width / G;
+    dtemp z = temp_f32(S * G * R);
+    std::vector<dlinear> wa(static_cast<size_t>(G));
+    std::vector<linear_job> jobs;
+    for (int64_t g = 0; g < G; g++) wa[size_t(g)] = wo_a.rows(int(g * R), int(R));
+    // A single row's groups are contiguous slices of o and z; more rows are gathered into
+    // per-group blocks first and scattered back after.
+    if (S == 1) {
+        for (int64_t g = 0; g < G; g++) jobs.push_back({&wa[size_t(g)], o + g * gin, z.f() + g * R});
+        DS41RT_RETURN_IF_ERROR(run_linears(jobs, S, lin::BF16));
+    } else {
+        dtemp og = temp_f32(G * S * gin), zg = temp_f32(G * S * R);
+        for (int64_t g = 0; g < G; g++) {
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(og.f() + g * S * gin, size_t(gin) * 4, o + g * gin,
+                                                          size_t(heads_width) * 4, size_t(gin) * 4, size_t(S),
+                                                          cudaMemcpyDeviceToDevice, stream_));
+            jobs.push_back({&wa[size_t(g)], og.f() + g * S * gin, zg.f() + g * S * R});
+        }
+        DS41RT_RETURN_IF_ERROR(run_linears(jobs, S, lin::BF16));
+        for (int64_t g = 0; g < G; g++)
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(z.f() + g * R, size_t(G * R) * 4, zg.f() + g * S * R,
+                                                          size_t(R) * 4, size_t(R) * 4, size_t(S),
+                                                          cudaMemcpyDeviceToDevice, stream_));
+    }
+    return run_linear(wo_b, z.f(), out, S, lin::FP8);
+}
+
 Status device_model::to_host_pair(void *h1, const void *d1, size_t b1, void *h2, const void *d2, size_t b2) const {
     DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h1, d1, b1, cudaMemcpyDeviceToHost, stream_));
     DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h2, d2, b2, cudaMemcpyDeviceToHost, stream_));

@@ -145,6 +145,11 @@ public:
     // One mHC site's mixes from the streams X [S, hc, dim] (engine/mhc.h; OFFICIAL folds the RMS in
     // after the projection, as the reference does).
     Result<hc_mix_dev> hc_mixes(const float *X, int64_t S, const float *fn, const float *scale, const float *base) const;
+    // The grouped output projection (engine/output_projection on the device): o [S, heads_width]
+    // in G groups, each through its R rows of wo_a (BF16 class), then wo_b (FP8 class) into out
+    // [S, dim]. The G group products go in one GEMV launch.
+    Status grouped_output(const dlinear &wo_a, const dlinear &wo_b, const float *o, int64_t S, int64_t heads_width,
+                          int64_t G, int64_t R, float *out) const;
 
 private:
     device_model() = default;

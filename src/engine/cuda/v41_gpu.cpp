@@ -567,31 +567,7 @@ private:
 
         // Inverse RoPE at the query position, then the grouped output projection.
         DS41RT_RETURN_IF_ERROR(rope(o.f(), S * H, hd, pos_d, H, inv, true));
-        const int64_t G = c_.o_groups, R = c_.o_lora_rank, gin = H * hd / G;
-        // One launch for the G group products. A single row's groups are contiguous slices of o
-        // and z; more rows are gathered into per-group blocks first and scattered back after.
-        dtemp z = m_->temp_f32(S * G * R);
-        std::vector<dlinear> wa(static_cast<size_t>(G));
-        std::vector<device_model::linear_job> jobs;
-        for (int64_t g = 0; g < G; g++) wa[size_t(g)] = L.wo_a.rows(int(g * R), int(R));
-        if (S == 1) {
-            for (int64_t g = 0; g < G; g++) jobs.push_back({&wa[size_t(g)], o.f() + g * gin, z.f() + g * R});
-            DS41RT_RETURN_IF_ERROR(m_->run_linears(jobs, S, lin::BF16));
-        } else {
-            dtemp og = m_->temp_f32(G * S * gin), zg = m_->temp_f32(G * S * R);
-            for (int64_t g = 0; g < G; g++) {
-                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(og.f() + g * S * gin, size_t(gin) * 4, o.f() + g * gin,
-                                                              size_t(H * hd) * 4, size_t(gin) * 4, size_t(S),
-                                                              cudaMemcpyDeviceToDevice, st()));
-                jobs.push_back({&wa[size_t(g)], og.f() + g * S * gin, zg.f() + g * S * R});
-            }
-            DS41RT_RETURN_IF_ERROR(m_->run_linears(jobs, S, lin::BF16));
-            for (int64_t g = 0; g < G; g++)
-                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(z.f() + g * R, size_t(G * R) * 4, zg.f() + g * S * R,
-                                                              size_t(R) * 4, size_t(R) * 4, size_t(S),
-                                                              cudaMemcpyDeviceToDevice, st()));
-        }
-        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.wo_b, z.f(), out, S, lin::FP8));
+        DS41RT_RETURN_IF_ERROR(m_->grouped_output(L.wo_a, L.wo_b, o.f(), S, H * hd, c_.o_groups, c_.o_lora_rank, out));
         end();
         return Status::ok();
     }
