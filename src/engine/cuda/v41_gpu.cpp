@@ -35,11 +35,13 @@
 #include "backend/cuda/mhc.cuh"
 #include "backend/cuda/moe_decode.cuh"
 #include "backend/cuda/norm.cuh"
+#include "backend/cuda/router.cuh"
 #include "backend/cuda/rope.cuh"
 #include "backend/cuda/swiglu.cuh"
 #include "backend/cuda/topk.cuh"
 #include "engine/cpu_engine.h"
 #include "engine/cuda/device_model.h"
+#include "engine/cuda/key_lists.h"
 #include "engine/cuda/section_timer.h"
 #include "engine/engram_hash.h"
 #include "engine/rope.h"
@@ -74,7 +76,7 @@ struct layer_dev {
     dlinear e_wkv;
     const float *e_q = nullptr, *e_k = nullptr;
     dlinear gate_w;
-    Tensor gate_bias;  // host: the router runs in v41_steps
+    const float *gate_bias = nullptr;
     dlinear sw1, sw2, sw3;
     cuda::moe_layer moe;  // no experts when the layer is remote
     bool remote = false;
@@ -89,52 +91,24 @@ struct source_dev {
 
 struct seq_dev {
     int64_t len = 0;
-    std::vector<dtemp> ring;                     // per layer [window, head_dim]
-    std::vector<std::vector<int64_t>> ring_pos;  // per layer [window], -1 = empty
+    std::vector<window_ring> ring;  // per layer
     std::map<int, source_dev> sources;
     std::vector<int64_t> engram_history;
 };
 
-// What one forward hands down the layer stack (spec 4.5), on the host: the key lists are built
-// there.
+// What one forward hands down the layer stack (spec 4.5): the indexer's picks, on the device
+// (OFFICIAL: [n, pick_k] and counts, read by the key lists there) or on the host (TRANSFORMERS).
 struct shared_sel {
     bool has_topk = false;
-    std::vector<std::vector<int32_t>> topk;
+    std::vector<std::vector<int32_t>> topk;  // TRANSFORMERS
+    dtemp pick_idx, pick_cnt;                // OFFICIAL
+    int pick_k = 0;
     bool has_candidates = false;
     std::vector<std::vector<uint8_t>> candidates;  // TRANSFORMERS: on the host
     dtemp cand_mask;                                // OFFICIAL: [S, cand_T] on the device
     int64_t cand_T = 0;
 };
 
-
-// Page-locked host memory that device-to-host copies can land in asynchronously, and the event
-// that says they have.
-struct pinned_buffer {
-    void *p = nullptr;
-    size_t bytes = 0;
-    cudaEvent_t ready = nullptr;
-    pinned_buffer() {
-        if (cudaEventCreateWithFlags(&ready, cudaEventDisableTiming) != cudaSuccess) (void)cudaGetLastError();
-    }
-    ~pinned_buffer() {
-        if (p) cudaFreeHost(p);
-        if (ready) cudaEventDestroy(ready);
-    }
-    pinned_buffer(const pinned_buffer &) = delete;
-    pinned_buffer &operator=(const pinned_buffer &) = delete;
-    // Grows to n bytes (after the caller's last use has completed: the engine is one stream).
-    Status reserve(size_t n, void **out) {
-        if (n > bytes) {
-            if (p) cudaFreeHost(p);
-            p = nullptr;
-            bytes = 0;
-            DS41RT_CUDA_RETURN_IF_ERROR(cudaMallocHost(&p, n));
-            bytes = n;
-        }
-        *out = p;
-        return Status::ok();
-    }
-};
 
 // The rows of one step: the new tokens of several sequences, concatenated. Row-wise ops (the
 // linears, norms, mHC, RoPE, attention, MoE) run over all rows at once; the steps that read or
@@ -206,9 +180,7 @@ public:
                 {"ffn.shared_experts.w3.weight", &L.sw3},
             };
             for (auto &[n, out] : lins) DS41RT_RETURN_IF_ERROR(lin_(p + n, out));
-            auto bias = m_->host_f32(p + "ffn.gate.bias");
-            if (!bias) return bias.status();
-            L.gate_bias = bias.value();
+            DS41RT_RETURN_IF_ERROR(vec_(p + "ffn.gate.bias", &L.gate_bias));
             if (c_.is_kv_source(l)) {
                 DS41RT_RETURN_IF_ERROR(lin_(p + "attn.compressor.wkv.weight", &L.c_wkv));
                 DS41RT_RETURN_IF_ERROR(vec_(p + "attn.compressor.norm.weight", &L.c_norm));
@@ -273,8 +245,8 @@ public:
 
     seq_dev new_state() const override {
         seq_dev s;
-        for (int l = 0; l < c_.n_layers; l++) s.ring.push_back(m_->temp_f32(int64_t(c_.window) * c_.head_dim));
-        s.ring_pos.assign(size_t(c_.n_layers), std::vector<int64_t>(size_t(c_.window), -1));
+        for (int l = 0; l < c_.n_layers; l++)
+            s.ring.push_back({m_->temp_f32(int64_t(c_.window) * c_.head_dim), std::vector<int64_t>(size_t(c_.window), -1)});
         for (int l = 0; l < c_.n_layers; l++)
             if (c_.is_kv_source(l)) {
                 source_dev &src = s.sources[l];
@@ -428,15 +400,11 @@ private:
                                             " index keys, the candidate source " + std::to_string(sh.cand_T));
                 DS41RT_RETURN_IF_ERROR(cuda::apply_candidate_mask(scores_d.f(), sh.cand_mask.as<uint8_t>(), S, T, st()));
             }
-            dtemp idx = m_->temp(size_t(S * k) * sizeof(int32_t)), cnt = m_->temp(size_t(S) * sizeof(int32_t));
-            DS41RT_RETURN_IF_ERROR(
-                cuda::topk_lower_index(scores_d.f(), S, T, T, int(k), idx.as<int32_t>(), cnt.as<int32_t>(), st()));
-            std::vector<int32_t> ih_(static_cast<size_t>(S * k)), ch(static_cast<size_t>(S));
-            DS41RT_RETURN_IF_ERROR(m_->to_host_pair(ih_.data(), idx.as<void>(), ih_.size() * sizeof(int32_t), ch.data(),
-                                                    cnt.as<void>(), ch.size() * sizeof(int32_t)));
-            for (int64_t r = 0; r < S; r++)
-                sh.topk[size_t(r)].assign(ih_.begin() + r * k, ih_.begin() + r * k + ch[size_t(r)]);
-            return Status::ok();
+            sh.pick_idx = m_->temp(size_t(S * k) * sizeof(int32_t));
+            sh.pick_cnt = m_->temp(size_t(S) * sizeof(int32_t));
+            sh.pick_k = int(k);
+            return cuda::topk_lower_index(scores_d.f(), S, T, T, int(k), sh.pick_idx.as<int32_t>(),
+                                          sh.pick_cnt.as<int32_t>(), st());
         }
         // TRANSFORMERS: torch's tie order has no GPU twin; the scores come back for the host's top-k.
         Status s;
@@ -504,36 +472,23 @@ private:
         }
         begin("attn.core");
 
-        // Key lists, one per query row (all heads share it): window rows in chronological order
-        // (ring rows older than this chunk, then the chunk's own), OFFICIAL's -1 pads up to the
-        // window width, then the selected compressed entries. Trailing nulls pad the lists to
-        // one length; they are skipped and change no block of the OFFICIAL online softmax.
-        std::vector<std::vector<const float *>> lists(static_cast<size_t>(S));
-        size_t Lmax = 0;
+        // Key lists (key_lists.h): the window, OFFICIAL's pads up to the window width, then the
+        // selected compressed entries.
+        key_lists lists(S);
         for (size_t i = 0; i < B.seq.size(); i++) {
-            const seq_dev &sq = *B.seq[i];
-            const int64_t p0 = B.p0[i], o = B.off[i];
-            const float *ring = sq.ring[size_t(layer)].f();
-            const auto &rpos = sq.ring_pos[size_t(layer)];
-            std::vector<std::pair<int64_t, const float *>> wk;
-            for (int64_t p = std::max<int64_t>(0, p0 - W); p < p0; p++)
-                if (rpos[size_t(p % W)] == p) wk.push_back({p, ring + (p % W) * hd});
-            for (int64_t s = 0; s < B.n[i]; s++) wk.push_back({p0 + s, kv.f() + (o + s) * hd});
-            for (int64_t s = 0; s < B.n[i]; s++) {
-                auto &keys = lists[size_t(o + s)];
-                const int64_t p = p0 + s;
-                for (auto &[kp, ptr] : wk)
-                    if (kp <= p && kp > p - W) keys.push_back(ptr);
-                if (official_)
-                    while (int64_t(keys.size()) < W) keys.push_back(nullptr);
-                if (centries[i] && shs[i].has_topk)
-                    for (int32_t e : shs[i].topk[size_t(s)]) keys.push_back(centries[i] + int64_t(e) * hd);
-                Lmax = std::max(Lmax, keys.size());
+            const int64_t o = B.off[i], n = B.n[i];
+            lists.add_window(B.seq[i]->ring[size_t(layer)], W, hd, B.p0[i], o, n, kv.f() + o * hd, official_ ? W : 0);
+            if (!centries[i] || !shs[i].has_topk) continue;
+            if (shs[i].pick_k > 0) {
+                DS41RT_RETURN_IF_ERROR(lists.add_device_picks(o, n, shs[i].pick_idx.as<int32_t>(),
+                                                              shs[i].pick_cnt.as<int32_t>(), shs[i].pick_k, centries[i], hd));
+                continue;
             }
+            for (int64_t s = 0; s < n; s++)
+                for (int32_t e : shs[i].topk[size_t(s)]) lists.row(o + s).push_back(centries[i] + int64_t(e) * hd);
         }
-        std::vector<const float *> flat(static_cast<size_t>(S) * Lmax, nullptr);
-        for (int64_t s = 0; s < S; s++) std::copy(lists[size_t(s)].begin(), lists[size_t(s)].end(), flat.begin() + s * int64_t(Lmax));
-        auto keys_d = m_->upload_temp(flat.data(), std::max<size_t>(flat.size(), 1) * sizeof(const float *));
+        int64_t Lmax = 0;
+        auto keys_d = lists.upload(*m_, &Lmax);
         if (!keys_d) return keys_d.status();
 
         dtemp o = m_->temp_f32(S * H * hd);
@@ -550,18 +505,10 @@ private:
         ab.out = o.f();
         DS41RT_RETURN_IF_ERROR(cuda::run_attention(ab, st()));
 
-        // Remember the window (after attention: the chunk's rows were visible to it). Only the
-        // last `window` rows of a long chunk survive, as in the host ring.
-        for (size_t i = 0; i < B.seq.size(); i++) {
-            seq_dev &sq = *B.seq[i];
-            const int64_t p0 = B.p0[i], o = B.off[i], n = B.n[i];
-            for (int64_t s = std::max<int64_t>(0, n - W); s < n; s++) {
-                const int64_t slot = (p0 + s) % W;
-                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sq.ring[size_t(layer)].f() + slot * hd, kv.f() + (o + s) * hd,
-                                                            size_t(hd) * sizeof(float), cudaMemcpyDeviceToDevice, st()));
-            }
-            for (int64_t s = 0; s < n; s++) sq.ring_pos[size_t(layer)][size_t((p0 + s) % W)] = p0 + s;
-        }
+        // Remember the window (after attention: the chunk's rows were visible to it).
+        for (size_t i = 0; i < B.seq.size(); i++)
+            DS41RT_RETURN_IF_ERROR(
+                store_window(*m_, B.seq[i]->ring[size_t(layer)], W, hd, B.p0[i], B.n[i], kv.f() + B.off[i] * hd));
         end();
         begin("attn.out");
 
@@ -575,14 +522,16 @@ private:
     // ---- MoE (spec 4.10) ----
     // A layer on expert workers (experts/remote over TCP): the rows come to the host, every TP rank
     // gets the same request, and the shared expert runs on the GPU while they work; their partials
-    // (added in FP32 in rank order) come back as the routed sum. logits_host: the router's logits,
-    // ready once pinned_.ready has fired.
-    Status moe_remote(const layer_dev &L, int layer, const float *x, int64_t S, const float *logits_host,
+    // (added in FP32 in rank order) come back as the routed sum. ids, wts: the routes on the
+    // device.
+    Status moe_remote(const layer_dev &L, int layer, const float *x, int64_t S, const dtemp &ids, const dtemp &wts,
                       float *out) const {
         const int64_t D = c_.dim;
         std::vector<float> xh(static_cast<size_t>(S * D)), acc(static_cast<size_t>(S * D));
-        DS41RT_RETURN_IF_ERROR(m_->to_host(xh.data(), x, xh.size() * sizeof(float)));  // also waits for the logits
-        const backend::cpu::route_table rt = v41::route(c_, logits_host, L.gate_bias.f(), S);
+        auto rtr = routes_to_host(ids, wts, S);
+        if (!rtr) return rtr.status();
+        const backend::cpu::route_table &rt = rtr.value();
+        DS41RT_RETURN_IF_ERROR(m_->to_host(xh.data(), x, xh.size() * sizeof(float)));
         backend::cpu::expert_numerics nm;
         nm.official = official_;
         nm.act_block = c_.fp8_block_in;
@@ -651,19 +600,46 @@ private:
         return Status::ok();
     }
 
-    // The router's logits go to the host through pinned memory while the shared expert runs, so
-    // the GPU has that work while the host waits for the logits and plans the routing.
-    Status moe(const layer_dev &L, int layer, const float *x, int64_t S, float *out) const {
-        const int64_t D = c_.dim, E = c_.n_routed_experts, K = c_.n_activated_experts;
-        begin("moe.router+shared");
+    // The router (spec 4.10) on the device: ids [S, K] int32 and weights [S, K] in pick order.
+    Status route(const layer_dev &L, const float *x, int64_t S, dtemp *ids, dtemp *wts) const {
+        const int64_t E = c_.n_routed_experts, K = c_.n_activated_experts;
         dtemp logits = m_->temp_f32(S * E);
         DS41RT_RETURN_IF_ERROR(m_->run_linear(L.gate_w, x, logits.f(), S, lin::F32));
-        float *lh = nullptr;
-        DS41RT_RETURN_IF_ERROR(pinned_.reserve(size_t(S * E) * sizeof(float), reinterpret_cast<void **>(&lh)));
-        DS41RT_CUDA_RETURN_IF_ERROR(
-            cudaMemcpyAsync(lh, logits.f(), size_t(S * E) * sizeof(float), cudaMemcpyDeviceToHost, st()));
-        DS41RT_CUDA_RETURN_IF_ERROR(cudaEventRecord(pinned_.ready, st()));
-        if (L.remote) return moe_remote(L, layer, x, S, lh, out);
+        cuda::router_params rp;
+        rp.gate_temp = c_.gate_temp;
+        rp.route_scale = c_.route_scale;
+        rp.norm_topk_prob = c_.norm_topk_prob;
+        rp.n_experts = int(E);
+        rp.k = int(K);
+        *ids = m_->temp(size_t(S * K) * sizeof(int32_t));
+        *wts = m_->temp_f32(S * K);
+        return cuda::route_topk(logits.f(), L.gate_bias, S, rp, ids->as<int32_t>(), wts->f(), st());
+    }
+
+    // The routes on the host, for the paths that plan there (prefill, remote layers): one
+    // synchronisation. A dropped pick (id -1) is left out, as the host router leaves it.
+    Result<backend::cpu::route_table> routes_to_host(const dtemp &ids, const dtemp &wts, int64_t S) const {
+        const int64_t K = c_.n_activated_experts;
+        std::vector<int32_t> ih(static_cast<size_t>(S * K));
+        std::vector<float> wh(static_cast<size_t>(S * K));
+        DS41RT_RETURN_IF_ERROR(m_->to_host_pair(ih.data(), ids.as<void>(), ih.size() * sizeof(int32_t), wh.data(),
+                                                wts.as<void>(), wh.size() * sizeof(float)));
+        backend::cpu::route_table rt;
+        rt.offsets.push_back(0);
+        for (int64_t r = 0; r < S; r++) {
+            for (int64_t j = 0; j < K; j++)
+                if (ih[size_t(r * K + j)] >= 0) rt.routes.push_back({uint32_t(ih[size_t(r * K + j)]), wh[size_t(r * K + j)]});
+            rt.offsets.push_back(uint32_t(rt.routes.size()));
+        }
+        return rt;
+    }
+
+    Status moe(const layer_dev &L, int layer, const float *x, int64_t S, float *out) const {
+        const int64_t D = c_.dim, K = c_.n_activated_experts;
+        begin("moe.router+shared");
+        dtemp ids, wts;
+        DS41RT_RETURN_IF_ERROR(route(L, x, S, &ids, &wts));
+        if (L.remote) return moe_remote(L, layer, x, S, ids, wts, out);
 
         const int64_t I = L.sw1.N;
         dtemp g = m_->temp_f32(S * I), u = m_->temp_f32(S * I), sh = m_->temp_f32(S * D);
@@ -671,8 +647,9 @@ private:
         DS41RT_RETURN_IF_ERROR(cuda::swiglu_rows(g.f(), u.f(), nullptr, g.f(), S, I, c_.swiglu_limit, official_, st()));
         DS41RT_RETURN_IF_ERROR(m_->run_linear(L.sw2, g.f(), sh.f(), S, lin::FP8));
 
-        DS41RT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(pinned_.ready));
-        const backend::cpu::route_table rt = v41::route(c_, lh, L.gate_bias.f(), S);
+        auto rtr = routes_to_host(ids, wts, S);
+        if (!rtr) return rtr.status();
+        const backend::cpu::route_table &rt = rtr.value();
         end();
         begin("moe.routed");
 
@@ -827,7 +804,6 @@ private:
     experts::remote_layout layout_;
     std::unique_ptr<experts::remote_experts> remote_;  // set when some layers are remote
     mutable section_timer prof_;
-    mutable pinned_buffer pinned_;
 };
 
 }  // namespace

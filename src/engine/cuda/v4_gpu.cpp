@@ -43,6 +43,7 @@
 #include "backend/cuda/topk.cuh"
 #include "backend/cpu/ops.h"
 #include "engine/cpu_engine.h"
+#include "engine/cuda/key_lists.h"
 #include "engine/cuda/section_timer.h"
 #include "engine/rope.h"
 #include "engine/topk.h"
@@ -92,9 +93,16 @@ struct comp_seq {
 
 struct seq_dev {
     int64_t len = 0;
-    std::vector<dtemp> ring;                     // per layer [window, head_dim]
-    std::vector<std::vector<int64_t>> ring_pos;  // per layer [window], -1 = empty
-    std::vector<comp_seq> comp, icomp;           // per layer (used where ratio > 0 / CSA)
+    std::vector<window_ring> ring;      // per layer
+    std::vector<comp_seq> comp, icomp;  // per layer (used where ratio > 0 / CSA)
+};
+
+// One sequence's indexer picks for the rows of a step: on the device (OFFICIAL: [n, k] and
+// counts, read where the key lists are built) or on the host (TRANSFORMERS).
+struct seq_picks {
+    std::vector<std::vector<int32_t>> host;
+    const int32_t *idx = nullptr, *cnt = nullptr;
+    int k = 0;
 };
 
 
@@ -249,8 +257,8 @@ public:
 
     seq_dev new_state() const override {
         seq_dev s;
-        for (int l = 0; l < c_.n_layers; l++) s.ring.push_back(m_->temp_f32(int64_t(c_.window) * c_.head_dim));
-        s.ring_pos.assign(size_t(c_.n_layers), std::vector<int64_t>(size_t(c_.window), -1));
+        for (int l = 0; l < c_.n_layers; l++)
+            s.ring.push_back({m_->temp_f32(int64_t(c_.window) * c_.head_dim), std::vector<int64_t>(size_t(c_.window), -1)});
         s.comp.resize(size_t(c_.n_layers));
         s.icomp.resize(size_t(c_.n_layers));
         for (int l = 0; l < c_.n_layers; l++) {
@@ -346,17 +354,17 @@ private:
     // ---- the lightning indexer of a CSA layer (spec 3.8; v4_model indexer()) ----
     // Its own overlap compressor at index_head_dim (run by the caller), then per query the top
     // index_topk visible entries by score. The projections run over all rows of the step, the
-    // scores and selections per sequence (each has its own keys), and their results come back
-    // in one download. qr: [S, q_lora_rank]. topk[i]: sequence i's pick list per row.
+    // scores and selections per sequence (each has its own keys). qr: [S, q_lora_rank]. picks[i]:
+    // sequence i's picks; OFFICIAL's stay on the device, in idx and cnt.
     Status indexer(const layer_dev &L, int layer, const step_rows &B, const float *x, const float *qr,
-                   std::vector<std::vector<std::vector<int32_t>>> *topk) const {
+                   std::vector<seq_picks> *picks, dtemp &idx, dtemp &cnt) const {
         const int ratio = c_.ratio(layer);
         const int64_t ihd = c_.index_head_dim, ih = c_.index_n_heads, S = B.rows;
         const size_t nseq = B.seq.size();
         std::vector<int64_t> T(nseq), k(nseq);
         int64_t kmax = 0;
         for (size_t i = 0; i < nseq; i++) {
-            (*topk)[i].assign(size_t(B.n[i]), {});
+            (*picks)[i].host.assign(size_t(B.n[i]), {});
             T[i] = B.seq[i]->icomp[size_t(layer)].entries.rows;
             k[i] = std::min<int64_t>(c_.index_topk, T[i]);
             kmax = std::max(kmax, k[i]);
@@ -375,9 +383,8 @@ private:
         std::vector<int64_t> score_off(nseq + 1, 0);
         for (size_t i = 0; i < nseq; i++) score_off[i + 1] = score_off[i] + B.n[i] * T[i];
         dtemp scores_d = m_->temp_f32(std::max<int64_t>(score_off[nseq], 1));
-        // OFFICIAL: lower-index ties, so the selection runs on the device and only the picks come
-        // back (sequence i's [n, k_i] picks at row offset off[i] of a [S, kmax] block).
-        dtemp idx, cnt;
+        // OFFICIAL: lower-index ties, so the selection runs on the device and the picks stay there
+        // (sequence i's [n, k_i] picks at row offset off[i] of a [S, kmax] block).
         if (official_) {
             idx = m_->temp(size_t(S * kmax) * sizeof(int32_t));
             cnt = m_->temp(size_t(S) * sizeof(int32_t));
@@ -404,14 +411,8 @@ private:
                                                               cnt.as<int32_t>() + o, st()));
         }
         if (official_) {
-            std::vector<int32_t> ih_(static_cast<size_t>(S * kmax)), ch(static_cast<size_t>(S));
-            DS41RT_RETURN_IF_ERROR(m_->to_host_pair(ih_.data(), idx.as<void>(), ih_.size() * sizeof(int32_t), ch.data(),
-                                                    cnt.as<void>(), ch.size() * sizeof(int32_t)));
-            for (size_t i = 0; i < nseq; i++) {
-                const int32_t *base = ih_.data() + B.off[i] * kmax;
-                for (int64_t r = 0; r < B.n[i]; r++)
-                    (*topk)[i][size_t(r)].assign(base + r * k[i], base + r * k[i] + ch[size_t(B.off[i] + r)]);
-            }
+            for (size_t i = 0; i < nseq; i++)
+                if (T[i] > 0) (*picks)[i] = {{}, idx.as<int32_t>() + B.off[i] * kmax, cnt.as<int32_t>() + B.off[i], int(k[i])};
             return Status::ok();
         }
         // TRANSFORMERS: torch's tie order has no GPU twin; the scores come back for the host's top-k.
@@ -421,7 +422,7 @@ private:
         for (size_t i = 0; i < nseq; i++)
             for (int64_t r = 0; r < B.n[i] && T[i] > 0; r++)
                 for (int64_t t : top_indices(scores.data() + score_off[i] + r * T[i], T[i], k[i]))
-                    (*topk)[i][size_t(r)].push_back(int32_t(t));
+                    (*picks)[i].host[size_t(r)].push_back(int32_t(t));
         return Status::ok();
     }
 
@@ -454,7 +455,8 @@ private:
 
         // Compressed branch, sequence by sequence: entries closed by this chunk are emitted
         // before attention; CSA queries see the indexer's selection, HCA queries every visible entry.
-        std::vector<std::vector<std::vector<int32_t>>> topk(B.seq.size());
+        std::vector<seq_picks> picks(B.seq.size());
+        dtemp pick_idx, pick_cnt;
         if (ratio > 0) {
             begin("attn.compress+index");
             std::vector<comp_seq *> mains, indexes;
@@ -465,51 +467,36 @@ private:
             DS41RT_RETURN_IF_ERROR(compress(L.comp, mains, B, x, hd, ratio, csa, false));
             if (csa) {
                 DS41RT_RETURN_IF_ERROR(compress(L.icomp, indexes, B, x, c_.index_head_dim, ratio, true, true));
-                DS41RT_RETURN_IF_ERROR(indexer(L, layer, B, x, qr.f(), &topk));
+                DS41RT_RETURN_IF_ERROR(indexer(L, layer, B, x, qr.f(), &picks, pick_idx, pick_cnt));
             }
             end();
         }
         begin("attn.core");
 
-        // Key lists, one per query row (all heads share it): window rows in chronological order
-        // (ring rows older than this chunk, then the chunk's own), OFFICIAL's -1 pads up to the
-        // reference's window width (min(n, W) for a prefill from 0, W otherwise), then the
-        // compressed entries. Trailing nulls pad the lists to one length; they are skipped and
-        // change no block of the OFFICIAL online softmax.
-        std::vector<std::vector<const float *>> lists(static_cast<size_t>(S));
-        size_t Lmax = 0;
+        // Key lists (key_lists.h): the window, OFFICIAL's pads up to the reference's window width
+        // (min(n, W) for a prefill from 0, W otherwise), then the compressed entries: CSA the
+        // indexer's picks, HCA every visible entry.
+        key_lists lists(S);
         for (size_t i = 0; i < B.seq.size(); i++) {
-            const seq_dev &sq = *B.seq[i];
             const int64_t p0 = B.p0[i], o = B.off[i], n = B.n[i];
-            const float *ring = sq.ring[size_t(layer)].f();
-            const auto &rpos = sq.ring_pos[size_t(layer)];
-            const dev_rows &ent = sq.comp[size_t(layer)].entries;
+            const dev_rows &ent = B.seq[i]->comp[size_t(layer)].entries;
             const float *centries = ent.rows > 0 ? ent.buf.f() : nullptr;
-            const int64_t wwidth = p0 == 0 ? std::min(n, W) : W;
-            std::vector<std::pair<int64_t, const float *>> wk;
-            for (int64_t p = std::max<int64_t>(0, p0 - W); p < p0; p++)
-                if (rpos[size_t(p % W)] == p) wk.push_back({p, ring + (p % W) * hd});
-            for (int64_t s = 0; s < n; s++) wk.push_back({p0 + s, kv.f() + (o + s) * hd});
-            for (int64_t s = 0; s < n; s++) {
-                auto &keys = lists[size_t(o + s)];
-                const int64_t p = p0 + s;
-                for (auto &[kp, ptr] : wk)
-                    if (kp <= p && kp > p - W) keys.push_back(ptr);
-                if (official_)
-                    while (int64_t(keys.size()) < wwidth) keys.push_back(nullptr);
-                if (csa) {
-                    if (!topk[i].empty())
-                        for (int32_t e : topk[i][size_t(s)]) keys.push_back(centries + int64_t(e) * hd);
-                } else if (ratio > 0) {
-                    const int64_t visible = std::min<int64_t>((p + 1) / ratio, ent.rows);
-                    for (int64_t e = 0; e < visible; e++) keys.push_back(centries + e * hd);
+            lists.add_window(B.seq[i]->ring[size_t(layer)], W, hd, p0, o, n, kv.f() + o * hd,
+                             official_ ? (p0 == 0 ? std::min(n, W) : W) : 0);
+            if (csa && picks[i].idx) {
+                DS41RT_RETURN_IF_ERROR(lists.add_device_picks(o, n, picks[i].idx, picks[i].cnt, picks[i].k, centries, hd));
+            } else if (csa) {
+                for (int64_t s = 0; s < n && !picks[i].host.empty(); s++)
+                    for (int32_t e : picks[i].host[size_t(s)]) lists.row(o + s).push_back(centries + int64_t(e) * hd);
+            } else if (ratio > 0) {
+                for (int64_t s = 0; s < n; s++) {
+                    const int64_t visible = std::min<int64_t>((p0 + s + 1) / ratio, ent.rows);
+                    for (int64_t e = 0; e < visible; e++) lists.row(o + s).push_back(centries + e * hd);
                 }
-                Lmax = std::max(Lmax, keys.size());
             }
         }
-        std::vector<const float *> flat(static_cast<size_t>(S) * Lmax, nullptr);
-        for (int64_t s = 0; s < S; s++) std::copy(lists[size_t(s)].begin(), lists[size_t(s)].end(), flat.begin() + s * int64_t(Lmax));
-        auto keys_d = m_->upload_temp(flat.data(), std::max<size_t>(flat.size(), 1) * sizeof(const float *));
+        int64_t Lmax = 0;
+        auto keys_d = lists.upload(*m_, &Lmax);
         if (!keys_d) return keys_d.status();
 
         dtemp o = m_->temp_f32(S * H * hd);
@@ -526,18 +513,10 @@ private:
         ab.out = o.f();
         DS41RT_RETURN_IF_ERROR(cuda::run_attention(ab, st()));
 
-        // Remember the window (after attention: the chunk's rows were visible to it). Only the
-        // last `window` rows of a long chunk survive, as in the host ring.
-        for (size_t i = 0; i < B.seq.size(); i++) {
-            seq_dev &sq = *B.seq[i];
-            const int64_t p0 = B.p0[i], off = B.off[i], n = B.n[i];
-            for (int64_t s = std::max<int64_t>(0, n - W); s < n; s++) {
-                const int64_t slot = (p0 + s) % W;
-                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sq.ring[size_t(layer)].f() + slot * hd, kv.f() + (off + s) * hd,
-                                                            size_t(hd) * sizeof(float), cudaMemcpyDeviceToDevice, st()));
-            }
-            for (int64_t s = 0; s < n; s++) sq.ring_pos[size_t(layer)][size_t((p0 + s) % W)] = p0 + s;
-        }
+        // Remember the window (after attention: the chunk's rows were visible to it).
+        for (size_t i = 0; i < B.seq.size(); i++)
+            DS41RT_RETURN_IF_ERROR(
+                store_window(*m_, B.seq[i]->ring[size_t(layer)], W, hd, B.p0[i], B.n[i], kv.f() + B.off[i] * hd));
         end();
         begin("attn.out");
 

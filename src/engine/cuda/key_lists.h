@@ -1,0 +1,62 @@
+// The attention key lists of one step, shared by the V4.1 and V4 GPU forward passes: one list of
+// key-row pointers per query row (all heads share it), as backend/cuda/attention takes them.
+//
+// A list is the row's window (ring rows older than the step's chunk, then the chunk's own rows,
+// in position order), OFFICIAL's null pads up to the window width, then the compressed entries.
+// The window half is built on the host, which tracks the ring positions; the compressed half is
+// either host pointers (entries all visible, or TRANSFORMERS picks that came back) or, for
+// OFFICIAL's picks, written on the device from the indexer's top-k (backend/cuda/key_list) so the
+// picks never come back inside a step. Trailing nulls pad every list to one length; attention
+// skips them and they change no block of the OFFICIAL online softmax.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/cuda/device_model.h"
+
+namespace ds41rt::engine::gpu {
+
+// One layer's window ring of a sequence: W rows of head_dim on the device, and on the host the
+// position each slot holds (-1: empty).
+struct window_ring {
+    dtemp rows;
+    std::vector<int64_t> pos;
+};
+
+class key_lists {
+public:
+    explicit key_lists(int64_t rows) : host_(static_cast<size_t>(rows)) {}
+
+    // Rows [o, o + n) of one sequence whose chunk starts at position p0: each row's window keys
+    // (chunk: the chunk's own key rows on the device, [n, hd]), then nulls up to pad_to.
+    void add_window(const window_ring &ring, int64_t W, int64_t hd, int64_t p0, int64_t o, int64_t n,
+                    const float *chunk, int64_t pad_to);
+    // Host pointers appended to row r.
+    std::vector<const float *> &row(int64_t r) { return host_[size_t(r)]; }
+    // Rows [o, o + n) end with k entries read on the device: entries + idx[r][j] * hd for the first
+    // cnt[r] of them, nulls after (idx [n, k], cnt [n]: device int32). Every row of the range must
+    // have the same number of host entries before them (OFFICIAL's padded window).
+    Status add_device_picks(int64_t o, int64_t n, const int32_t *idx, const int32_t *cnt, int k,
+                            const float *entries, int64_t hd);
+
+    // The lists as a device array [rows, *L] (stream-ordered; no synchronisation).
+    Result<dtemp> upload(const device_model &m, int64_t *L) const;
+
+private:
+    struct picks {
+        int64_t o, n, col0, hd;
+        const int32_t *idx, *cnt;
+        int k;
+        const float *entries;
+    };
+    std::vector<std::vector<const float *>> host_;
+    std::vector<picks> dev_;
+};
+
+// Stores the last min(n, W) rows of a chunk (device [n, hd], positions p0..) in the ring, after
+// attention has read them.
+Status store_window(const device_model &m, window_ring &ring, int64_t W, int64_t hd, int64_t p0, int64_t n,
+                    const float *chunk);
+
+}  // namespace ds41rt::engine::gpu
