@@ -82,9 +82,13 @@ public:
     // step are left part-way through and must be freed.
     virtual Status step(const std::vector<step_input> &inputs, std::vector<Tensor> *logits) = 0;
 
-    // Section times since the last reset, when opened with engine_options::profile (else empty).
+    // Section times since the last reset, when profiling (engine_options::profile, or
+    // set_profile). The GPU engines also report "host.issue": the host's wall time from a step's
+    // start to its last launch, profiling or not (a step whose host.issue is its whole time is
+    // bound by the launches, not by the device).
     virtual std::vector<op_time> op_times() const { return {}; }
     virtual void reset_op_times() {}
+    virtual void set_profile(bool) {}
 };
 
 }  // namespace ds41rt::engine

@@ -54,6 +54,13 @@ void section_timer::collect() {
     closed_.clear();
 }
 
+void section_timer::add_host(const char *name, double ms) {
+    op_time &t = totals_[name];
+    t.name = name;
+    t.ms += ms;
+    t.calls++;
+}
+
 std::vector<op_time> section_timer::times() const {
     std::vector<op_time> v;
     for (auto &[n, t] : totals_) v.push_back(t);

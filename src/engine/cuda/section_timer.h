@@ -1,6 +1,7 @@
 // Device time of named sections of a forward pass (engine_options::profile): a pair of CUDA
 // events around each section, read back once the step has synchronised. Sections may repeat
-// (per layer); their times add up under one name. Off, it costs nothing.
+// (per layer); their times add up under one name. Off, it costs nothing (host times, one clock
+// read per step, are kept either way).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,6 +28,9 @@ public:
     void collect();
     std::vector<op_time> times() const;
     void reset() { totals_.clear(); }
+    void set_on(bool on) { on_ = on; }
+    // A host wall time, added whether or not the device sections are on.
+    void add_host(const char *name, double ms);
 
 private:
     struct open_section {

@@ -27,6 +27,7 @@
 #include "engine/cuda/v4_gpu.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "backend/cuda/attention.cuh"
@@ -254,6 +255,7 @@ public:
     const model::model_config &config() const override { return c_; }
     std::vector<op_time> op_times() const override { return prof_.times(); }
     void reset_op_times() override { prof_.reset(); }
+    void set_profile(bool on) override { prof_.set_on(on); }
 
     seq_dev new_state() const override {
         seq_dev s;
@@ -622,6 +624,7 @@ private:
     }
 
     Status forward_rows(step_rows &B, const std::vector<int32_t> &tokens, float *logits) const {
+        const auto issue0 = std::chrono::steady_clock::now();
         const int64_t S = B.rows, D = c_.dim, V = c_.vocab_size;
         const int hc = c_.hc_mult;
 
@@ -668,6 +671,7 @@ private:
         dtemp lg = m_->temp_f32(S * V);
         DS41RT_RETURN_IF_ERROR(m_->run_linear(head_, x.f(), lg.f(), S, lin::F32));
         end();
+        prof_.add_host("host.issue", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - issue0).count());
         DS41RT_RETURN_IF_ERROR(m_->to_host(logits, lg.f(), size_t(S * V) * sizeof(float)));
         prof_.collect();
         for (size_t i = 0; i < B.seq.size(); i++) B.seq[i]->len += B.n[i];
