@@ -164,6 +164,12 @@ int run_bench(const bench_args &a, const std::string &command_line) {
         double issue_ms = 0;
         for (auto &t : eng.op_times())
             if (t.name == "host.issue") issue_ms = t.ms / a.decode_steps;
+        // The same steps with every kernel launched eagerly (no CUDA graphs), for comparison.
+        eng.set_cuda_graphs(false);
+        auto e0 = clock::now();
+        if (!(st = decode(false)).is_ok()) return fmt::print(stderr, "bench: decode: {}\n", st.to_string()), 1;
+        const double eager_ms = secs(clock::now() - e0) * 1e3 / a.decode_steps;
+        eng.set_cuda_graphs(true);
         if (C == 1) {
             c1_step_ms = ms;
             if (!(st = decode(true)).is_ok()) return fmt::print(stderr, "bench: decode: {}\n", st.to_string()), 1;
@@ -179,11 +185,12 @@ int run_bench(const bench_args &a, const std::string &command_line) {
             j["c1_sections_ms_per_step"] = total / a.decode_steps;
         }
         j["decode"].push_back({{"concurrency", C}, {"ms_per_step", ms}, {"tok_s", C * 1e3 / ms},
-                               {"ms_per_layer", ms / c.n_layers}, {"host_issue_ms_per_step", issue_ms}});
+                               {"ms_per_layer", ms / c.n_layers}, {"host_issue_ms_per_step", issue_ms},
+                               {"eager_ms_per_step", eager_ms}});
         fmt::print(stderr,
                    "bench: decode C{}: {:.2f} ms per step ({:.3f} ms per layer), {:.1f} tok/s; host issue {:.2f} ms "
-                   "per step\n",
-                   C, ms, ms / c.n_layers, C * 1e3 / ms, issue_ms);
+                   "per step; without CUDA graphs {:.2f} ms per step\n",
+                   C, ms, ms / c.n_layers, C * 1e3 / ms, issue_ms, eager_ms);
         for (auto &s : in) eng.free_sequence(s.seq);
     }
     auto plan = model::plan_dummy_weights(cfg, c.n_layers);
@@ -220,11 +227,12 @@ int run_bench(const bench_args &a, const std::string &command_line) {
                       "({} weights).\nCommand: `{}`\n\nMeasured copy bandwidth: {:.0f} GB/s. Load: {:.1f} s.\n\n",
                       dev->name, dev->sm_count, backend::cuda::driver_cuda_version(), a.commit, a.numerics,
                       c.n_layers, a.load_format, command_line, copy.value(), load_s);
-    md << "| concurrency | ms / step | ms / layer | tok/s | host issue ms / step |\n|---|---|---|---|---|\n";
+    md << "| concurrency | ms / step | ms / layer | tok/s | host issue ms / step | ms / step without graphs |\n"
+          "|---|---|---|---|---|---|\n";
     for (auto &d : j["decode"])
-        md << fmt::format("| {} | {:.2f} | {:.3f} | {:.1f} | {:.2f} |\n", int(d["concurrency"]),
+        md << fmt::format("| {} | {:.2f} | {:.3f} | {:.1f} | {:.2f} | {:.2f} |\n", int(d["concurrency"]),
                           double(d["ms_per_step"]), double(d["ms_per_layer"]), double(d["tok_s"]),
-                          double(d["host_issue_ms_per_step"]));
+                          double(d["host_issue_ms_per_step"]), double(d["eager_ms_per_step"]));
     if (j.contains("c1_roofline_fraction"))
         md << fmt::format("\nC1 step reads {:.2f} GB ({:.1f} MB per layer on average): {:.3f} ms at copy speed, "
                           "{:.1f}% of the roofline.\n",

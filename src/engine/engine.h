@@ -89,6 +89,9 @@ public:
     virtual std::vector<op_time> op_times() const { return {}; }
     virtual void reset_op_times() {}
     virtual void set_profile(bool) {}
+    // GPU engines: replay decode steps' fixed-shape pieces from CUDA graphs (the default) or
+    // launch every kernel eagerly.
+    virtual void set_cuda_graphs(bool) {}
 };
 
 }  // namespace ds41rt::engine

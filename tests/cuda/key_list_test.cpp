@@ -28,7 +28,7 @@ TEST_F(CudaKeyList, PicksBecomeEntryPointersAndShortRowsEndInNulls) {
     dev_vec<float> entries(size_t(4096 * hd));
     ASSERT_TRUE(backend::cuda::fill_pick_keys(reinterpret_cast<const float **>(keys.p), L, col0, idx_d.p, cnt_d.p, n, k,
                                               entries.p, hd, nullptr)
-                    .ok());
+                    .is_ok());
     const std::vector<uint64_t> got = keys.download();
     size_t bad = 0;
     for (int64_t r = 0; r < n; r++)
@@ -49,7 +49,7 @@ TEST_F(CudaKeyList, PicksBecomeEntryPointersAndShortRowsEndInNulls) {
 }
 
 TEST_F(CudaKeyList, RefusesPicksPastTheListEnd) {
-    EXPECT_FALSE(backend::cuda::fill_pick_keys(nullptr, 600, 128, nullptr, nullptr, 1, 512, nullptr, 512, nullptr).ok());
+    EXPECT_FALSE(backend::cuda::fill_pick_keys(nullptr, 600, 128, nullptr, nullptr, 1, 512, nullptr, 512, nullptr).is_ok());
 }
 
 }  // namespace

@@ -391,16 +391,26 @@ Status device_model::append(dev_rows &r, const float *src, int64_t n) const {
     return Status::ok();
 }
 
-Result<hc_mix_dev> device_model::hc_mixes(const float *X, int64_t S, const float *fn, const float *scale,
-                                          const float *base) const {
+hc_mix_dev device_model::hc_mix_buffers(int64_t S) const {
+    const int64_t hc = cfg_.hc_mult;
+    return {temp_f32(S * hc), temp_f32(S * hc), temp_f32(S * hc * hc)};
+}
+
+Status device_model::hc_mixes(const float *X, int64_t S, const float *fn, const float *scale, const float *base,
+                              const hc_mix_dev &out) const {
     const int hc = cfg_.hc_mult;
     const int64_t n_mix = int64_t(2 + hc) * hc;
     dtemp mm = temp_f32(S * n_mix);
     DS41RT_RETURN_IF_ERROR(
         cuda::hc_project(X, S, int64_t(hc) * cfg_.dim, fn, n_mix, cfg_.norm_eps, official_, mm.f(), stream_));
-    hc_mix_dev mx{temp_f32(S * hc), temp_f32(S * hc), temp_f32(S * hc * hc)};
-    DS41RT_RETURN_IF_ERROR(cuda::hc_split_sinkhorn(mm.f(), S, hc, scale, base, cfg_.hc_eps, cfg_.hc_sinkhorn_iters,
-                                                   mx.pre.f(), mx.post.f(), mx.comb.f(), stream_));
+    return cuda::hc_split_sinkhorn(mm.f(), S, hc, scale, base, cfg_.hc_eps, cfg_.hc_sinkhorn_iters, out.pre.f(),
+                                   out.post.f(), out.comb.f(), stream_);
+}
+
+Result<hc_mix_dev> device_model::hc_mixes(const float *X, int64_t S, const float *fn, const float *scale,
+                                          const float *base) const {
+    hc_mix_dev mx = hc_mix_buffers(S);
+    DS41RT_RETURN_IF_ERROR(hc_mixes(X, S, fn, scale, base, mx));
     return mx;
 }
 
@@ -488,7 +498,17 @@ Status device_model::run_linears(const std::vector<linear_job> &jobs, int64_t M,
             }
             auto plan = cuda::plan_gemv(dev_, mats);
             if (!plan) return plan.status();
-            if (gemv_ws_.bytes() < plan->workspace_bytes) gemv_ws_ = temp(plan->workspace_bytes * 2);
+            if (gemv_ws_.bytes() < plan->workspace_bytes) {
+                // Graphs captured earlier hold the old workspace: growing it while capturing would
+                // hand a graph-owned block to later eager steps, so a capture refuses instead
+                // (the caller runs a step eagerly first, which sizes it).
+                cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+                DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream_, &cs));
+                if (cs != cudaStreamCaptureStatusNone)
+                    return Status::internal("GEMV workspace must grow while a graph is being captured");
+                gemv_ws_ = temp(plan->workspace_bytes * 2);
+                ws_gen_++;
+            }
             DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(gemv_ws_.as<void>(), 0, plan->workspace_bytes, stream_));
             DS41RT_RETURN_IF_ERROR(cuda::run_gemv(plan.value(), gemv_ws_.as<void>(), stream_));
         }

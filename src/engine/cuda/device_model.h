@@ -145,6 +145,12 @@ public:
     // One mHC site's mixes from the streams X [S, hc, dim] (engine/mhc.h; OFFICIAL folds the RMS in
     // after the projection, as the reference does).
     Result<hc_mix_dev> hc_mixes(const float *X, int64_t S, const float *fn, const float *scale, const float *base) const;
+    // The same into buffers of hc_mix_buffers(S) (a captured step's fixed buffers).
+    Status hc_mixes(const float *X, int64_t S, const float *fn, const float *scale, const float *base,
+                    const hc_mix_dev &out) const;
+    hc_mix_dev hc_mix_buffers(int64_t S) const;
+    // Bumped whenever the GEMV workspace is reallocated: graphs captured before hold the old one.
+    uint64_t workspace_generation() const { return ws_gen_; }
     // The grouped output projection (engine/output_projection on the device): o [S, heads_width]
     // in G groups, each through its R rows of wo_a (BF16 class), then wo_b (FP8 class) into out
     // [S, dim]. The G group products go in one GEMV launch.
@@ -170,6 +176,7 @@ private:
     std::vector<void *> blocks_;
     size_t resident_ = 0;
     mutable dtemp gemv_ws_;  // GEMV split-K workspace, grown on demand, zeroed before each plan
+    mutable uint64_t ws_gen_ = 0;
 };
 
 }  // namespace ds41rt::engine::gpu

@@ -29,6 +29,7 @@ public:
     std::vector<op_time> times() const;
     void reset() { totals_.clear(); }
     void set_on(bool on) { on_ = on; }
+    bool on() const { return on_; }
     // A host wall time, added whether or not the device sections are on.
     void add_host(const char *name, double ms);
 

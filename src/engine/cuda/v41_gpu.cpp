@@ -44,6 +44,7 @@
 #include "engine/cuda/device_model.h"
 #include "engine/cuda/key_lists.h"
 #include "engine/cuda/section_timer.h"
+#include "engine/cuda/step_graphs.h"
 #include "engine/engram_hash.h"
 #include "engine/rope.h"
 #include "engine/v41_steps.h"
@@ -120,6 +121,27 @@ struct step_rows {
     std::vector<int64_t> off, n, p0;  // per sequence
     int64_t rows = 0;
     const int64_t *pos_d = nullptr;   // [rows] device positions
+};
+
+// The activations a step hands from op to op, [S rows, ...] each: fresh temporaries in an eager
+// step, or one fixed set per row count when the step's fixed-shape pieces replay CUDA graphs
+// (their addresses are baked into the graphs).
+struct step_bufs {
+    int64_t S = 0;
+    dtemp X, x, y;          // hc streams [S, hc, dim]; the collapsed row and a sublayer's output [S, dim]
+    dtemp qr, q, kv, o;     // attention: [S, q_lora_rank], [S, H, hd], [S, hd], [S, H, hd]
+    hc_mix_dev am, fm;      // the mHC mixes of the attention and FFN sites
+    dtemp pre_mix;          // [S, hc] the collapse weights the next attention site reads
+    dtemp pos, ids;         // [S] positions (int64) and token ids (int32)
+};
+
+// One row count's fixed buffers and graphs.
+struct step_bucket {
+    step_bufs b;
+    step_graphs graphs;
+    bool warm = false;        // one eager step ran with these buffers (workspaces are sized)
+    uint64_t ws_gen = 0;      // the GEMV workspace generation the graphs hold
+    explicit step_bucket(cudaStream_t s) : graphs(s) {}
 };
 
 class v41_gpu final : public cpu_engine<seq_dev> {
@@ -244,6 +266,10 @@ public:
     std::vector<op_time> op_times() const override { return prof_.times(); }
     void reset_op_times() override { prof_.reset(); }
     void set_profile(bool on) override { prof_.set_on(on); }
+    void set_cuda_graphs(bool on) override {
+        graphs_on_ = on;
+        if (!on) buckets_.clear();
+    }
 
     seq_dev new_state() const override {
         seq_dev s;
@@ -423,22 +449,28 @@ private:
         return Status::ok();
     }
 
-    // ---- attention (spec 4.3-4.8) ----
-    Status attention(const layer_dev &L, int layer, const step_rows &B, const float *x, std::vector<shared_sel> &shs,
-                     float *out) const {
+    // ---- attention (spec 4.3-4.8), in three parts: the projections (fixed shapes), the core
+    // (per-sequence state, lists of varying length) and the output projection (fixed shapes) ----
+    Status attn_qkv(const layer_dev &L, int layer, const step_bufs &b, const int64_t *pos_d) const {
+        const int64_t H = c_.n_heads, hd = c_.head_dim, qlr = c_.q_lora_rank, S = b.S;
+        const float *inv = inv_for(layer), *x = b.x.f();
+        begin("attn.qkv");
+        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.wq_a, x, b.qr.f()}, {&L.wkv, x, b.kv.f()}}, S, lin::FP8));
+        DS41RT_RETURN_IF_ERROR(norm(b.qr.f(), L.q_norm, S, qlr));
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.wq_b, b.qr.f(), b.q.f(), S, lin::FP8));
+        DS41RT_RETURN_IF_ERROR(rope(b.q.f(), S * H, hd, pos_d, H, inv, false));
+        DS41RT_RETURN_IF_ERROR(norm(b.kv.f(), L.kv_norm, S, hd));
+        DS41RT_RETURN_IF_ERROR(rope(b.kv.f(), S, hd, pos_d, 1, inv, false));
+        if (hd % 32 == 0) DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp8_ue8m0(b.kv.f(), S, hd, 32, st()));
+        end();
+        return Status::ok();
+    }
+
+    Status attn_core(const layer_dev &L, int layer, const step_rows &B, const step_bufs &b,
+                     std::vector<shared_sel> &shs) const {
         const int64_t H = c_.n_heads, hd = c_.head_dim, W = c_.window, qlr = c_.q_lora_rank, S = B.rows;
         const int64_t *pos_d = B.pos_d;
-        const float *inv = inv_for(layer);
-        begin("attn.qkv");
-        dtemp qr = m_->temp_f32(S * qlr), q = m_->temp_f32(S * H * hd), kv = m_->temp_f32(S * hd);
-        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.wq_a, x, qr.f()}, {&L.wkv, x, kv.f()}}, S, lin::FP8));
-        DS41RT_RETURN_IF_ERROR(norm(qr.f(), L.q_norm, S, qlr));
-        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.wq_b, qr.f(), q.f(), S, lin::FP8));
-        DS41RT_RETURN_IF_ERROR(rope(q.f(), S * H, hd, pos_d, H, inv, false));
-        DS41RT_RETURN_IF_ERROR(norm(kv.f(), L.kv_norm, S, hd));
-        DS41RT_RETURN_IF_ERROR(rope(kv.f(), S, hd, pos_d, 1, inv, false));
-        if (hd % 32 == 0) DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp8_ue8m0(kv.f(), S, hd, 32, st()));
-        end();
+        const float *x = b.x.f(), *kvf = b.kv.f();
 
         // Compressed branch, sequence by sequence (each has its own compressor and entries).
         std::vector<const float *> centries(B.seq.size(), nullptr);
@@ -456,7 +488,7 @@ private:
                     latent = std::move(r.value());
                 }
                 if (c_.is_index_source(layer))
-                    DS41RT_RETURN_IF_ERROR(indexer(L, layer, sq, x + o * c_.dim, qr.f() + o * qlr, latent.f(), n_latent,
+                    DS41RT_RETURN_IF_ERROR(indexer(L, layer, sq, x + o * c_.dim, b.qr.f() + o * qlr, latent.f(), n_latent,
                                                    first_pos, pos_d + o, B.p0[i], n, shs[i]));
                 if (n_latent > 0) {
                     std::vector<int64_t> lpos(static_cast<size_t>(n_latent));
@@ -479,7 +511,7 @@ private:
         key_lists lists(S);
         for (size_t i = 0; i < B.seq.size(); i++) {
             const int64_t o = B.off[i], n = B.n[i];
-            lists.add_window(B.seq[i]->ring[size_t(layer)], W, hd, B.p0[i], o, n, kv.f() + o * hd, official_ ? W : 0);
+            lists.add_window(B.seq[i]->ring[size_t(layer)], W, hd, B.p0[i], o, n, kvf + o * hd, official_ ? W : 0);
             if (!centries[i] || !shs[i].has_topk) continue;
             if (shs[i].pick_k > 0) {
                 DS41RT_RETURN_IF_ERROR(lists.add_device_picks(o, n, shs[i].pick_idx.as<int32_t>(),
@@ -493,9 +525,8 @@ private:
         auto keys_d = lists.upload(*m_, &Lmax);
         if (!keys_d) return keys_d.status();
 
-        dtemp o = m_->temp_f32(S * H * hd);
         cuda::attention_batch ab;
-        ab.q = q.f();
+        ab.q = b.q.f();
         ab.keys = keys_d->as<const float *const>();
         ab.sink = L.attn_sink;
         ab.scale = 1.0f / std::sqrt(float(hd));
@@ -504,19 +535,24 @@ private:
         ab.L = int(Lmax);
         ab.hd = int(hd);
         ab.official = official_;
-        ab.out = o.f();
+        ab.out = b.o.f();
         DS41RT_RETURN_IF_ERROR(cuda::run_attention(ab, st()));
 
         // Remember the window (after attention: the chunk's rows were visible to it).
         for (size_t i = 0; i < B.seq.size(); i++)
             DS41RT_RETURN_IF_ERROR(
-                store_window(*m_, B.seq[i]->ring[size_t(layer)], W, hd, B.p0[i], B.n[i], kv.f() + B.off[i] * hd));
+                store_window(*m_, B.seq[i]->ring[size_t(layer)], W, hd, B.p0[i], B.n[i], kvf + B.off[i] * hd));
         end();
-        begin("attn.out");
+        return Status::ok();
+    }
 
-        // Inverse RoPE at the query position, then the grouped output projection.
-        DS41RT_RETURN_IF_ERROR(rope(o.f(), S * H, hd, pos_d, H, inv, true));
-        DS41RT_RETURN_IF_ERROR(m_->grouped_output(L.wo_a, L.wo_b, o.f(), S, H * hd, c_.o_groups, c_.o_lora_rank, out));
+    // Inverse RoPE at the query position, then the grouped output projection: o -> y.
+    Status attn_out(const layer_dev &L, int layer, const step_bufs &b, const int64_t *pos_d) const {
+        const int64_t H = c_.n_heads, hd = c_.head_dim, S = b.S;
+        begin("attn.out");
+        DS41RT_RETURN_IF_ERROR(rope(b.o.f(), S * H, hd, pos_d, H, inv_for(layer), true));
+        DS41RT_RETURN_IF_ERROR(
+            m_->grouped_output(L.wo_a, L.wo_b, b.o.f(), S, H * hd, c_.o_groups, c_.o_lora_rank, b.y.f()));
         end();
         return Status::ok();
     }
@@ -636,6 +672,12 @@ private:
         return rt;
     }
 
+    // Whether a layer's MoE runs without the host at S rows (so it can be part of a graph).
+    bool moe_on_device(const layer_dev &L, int64_t S) const {
+        (void)L, (void)S;
+        return false;  // the routed decode kernels still plan on the host (routes_to_host)
+    }
+
     Status moe(const layer_dev &L, int layer, const float *x, int64_t S, float *out) const {
         const int64_t D = c_.dim, K = c_.n_activated_experts;
         begin("moe.router+shared");
@@ -723,6 +765,43 @@ private:
         return forward_rows(B, tokens, logits);
     }
 
+    step_bufs make_bufs(int64_t S) const {
+        const int64_t D = c_.dim, hc = c_.hc_mult, H = c_.n_heads, hd = c_.head_dim;
+        step_bufs b;
+        b.S = S;
+        b.X = m_->temp_f32(S * hc * D);
+        b.x = m_->temp_f32(S * D);
+        b.y = m_->temp_f32(S * D);
+        b.qr = m_->temp_f32(S * c_.q_lora_rank);
+        b.q = m_->temp_f32(S * H * hd);
+        b.kv = m_->temp_f32(S * hd);
+        b.o = m_->temp_f32(S * H * hd);
+        b.am = m_->hc_mix_buffers(S);
+        b.fm = m_->hc_mix_buffers(S);
+        b.pre_mix = m_->temp_f32(S * hc);
+        b.pos = m_->temp(size_t(S) * sizeof(int64_t));
+        b.ids = m_->temp(size_t(S) * sizeof(int32_t));
+        return b;
+    }
+
+    // Decode steps (up to the MoE decode kernels' 16 rows) replay graphs of their fixed-shape
+    // pieces, once a step of that row count has run eagerly (which sizes the workspaces the
+    // graphs then hold). Profiling runs eagerly: section events are not graph nodes.
+    step_bucket *bucket_for(int64_t S) const {
+        if (!graphs_on_ || prof_.on() || S > cuda::MOE_MAX_ROWS || layout_.any_remote()) return nullptr;
+        auto &slot = buckets_[S];
+        if (!slot) {
+            slot = std::make_unique<step_bucket>(st());
+            slot->b = make_bufs(S);
+        }
+        if (slot->ws_gen != m_->workspace_generation()) {
+            slot->graphs.clear();
+            slot->warm = false;
+            slot->ws_gen = m_->workspace_generation();
+        }
+        return slot.get();
+    }
+
     Status forward_rows(step_rows &B, const std::vector<int32_t> &tokens, float *logits) const {
         const auto issue0 = std::chrono::steady_clock::now();
         const int64_t S = B.rows, D = c_.dim, V = c_.vocab_size;
@@ -732,61 +811,76 @@ private:
                 for (int64_t s = 0; s < B.n[i]; s++)
                     B.seq[i]->engram_history.push_back(hasher_.compressed(tokens[size_t(B.off[i] + s)]));
 
+        step_bucket *bk = bucket_for(S);
+        step_bufs fresh;
+        if (!bk) fresh = make_bufs(S);
+        const step_bufs &b = bk ? bk->b : fresh;
+        const bool capture = bk && bk->warm;
+        // A piece with fixed shapes: from its graph in a bucketed step, eagerly otherwise.
+        auto piece = [&](size_t key, const std::function<Status()> &fn) -> Status {
+            return bk ? bk->graphs.run(key, capture, fn) : fn();
+        };
+
         begin("embed");
         std::vector<int64_t> pos(static_cast<size_t>(S));
         for (size_t i = 0; i < B.seq.size(); i++)
             for (int64_t s = 0; s < B.n[i]; s++) pos[size_t(B.off[i] + s)] = B.p0[i] + s;
-        auto pos_d = m_->upload_temp(pos.data(), pos.size() * sizeof(int64_t));
-        auto ids_d = m_->upload_temp(tokens.data(), tokens.size() * sizeof(int32_t));
-        if (!pos_d) return pos_d.status();
-        if (!ids_d) return ids_d.status();
-        B.pos_d = pos_d->as<int64_t>();
-        dtemp X = m_->temp_f32(S * hc * D);
-        DS41RT_RETURN_IF_ERROR(cuda::embed_rows_bf16(embed_, V, D, ids_d->as<int32_t>(), S, hc, X.f(), st()));
+        DS41RT_RETURN_IF_ERROR(m_->to_device(b.pos.as<void>(), pos.data(), pos.size() * sizeof(int64_t)));
+        DS41RT_RETURN_IF_ERROR(m_->to_device(b.ids.as<void>(), tokens.data(), tokens.size() * sizeof(int32_t)));
+        B.pos_d = b.pos.as<int64_t>();
+        DS41RT_RETURN_IF_ERROR(cuda::embed_rows_bf16(embed_, V, D, b.ids.as<int32_t>(), S, hc, b.X.f(), st()));
         std::vector<float> one_hot(static_cast<size_t>(S * hc), 0.0f);  // the first site reads stream 0
         for (int64_t s = 0; s < S; s++) one_hot[size_t(s * hc)] = 1.0f;
-        auto pre0 = m_->upload_temp(one_hot.data(), one_hot.size() * sizeof(float));
-        if (!pre0) return pre0.status();
-        dtemp pre_mix = std::move(pre0.value());
+        DS41RT_RETURN_IF_ERROR(m_->to_device(b.pre_mix.f(), one_hot.data(), one_hot.size() * sizeof(float)));
         end();
 
         std::vector<shared_sel> shs(B.seq.size());
-        dtemp x = m_->temp_f32(S * D), y = m_->temp_f32(S * D);
         int engram_k = 0;
         for (int l = 0; l < c_.n_layers; l++) {
             const layer_dev &L = layers_[size_t(l)];
             if (c_.has_engram(l)) {
                 begin("engram");
-                DS41RT_RETURN_IF_ERROR(engram(L, engram_k++, B, X.f()));
+                DS41RT_RETURN_IF_ERROR(engram(L, engram_k++, B, b.X.f()));
                 end();
             }
-
-            begin("mhc+norm");
-            auto am = m_->hc_mixes(X.f(), S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base);
-            if (!am) return am.status();
-            DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(X.f(), pre_mix.f(), S, hc, D, official_, x.f(), st()));
-            DS41RT_RETURN_IF_ERROR(norm(x.f(), L.attn_norm, S, D));
-            end();
-            DS41RT_RETURN_IF_ERROR(attention(L, l, B, x.f(), shs, y.f()));
-            begin("mhc+norm");
-            DS41RT_RETURN_IF_ERROR(cuda::hc_expand(X.f(), y.f(), am->post.f(), am->comb.f(), S, hc, D, official_, st()));
-
-            auto fm = m_->hc_mixes(X.f(), S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base);
-            if (!fm) return fm.status();
-            DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(X.f(), am->pre.f(), S, hc, D, official_, x.f(), st()));
-            DS41RT_RETURN_IF_ERROR(norm(x.f(), L.ffn_norm, S, D));
-            end();
-            DS41RT_RETURN_IF_ERROR(moe(L, l, x.f(), S, y.f()));
-            begin("mhc+norm");
-            DS41RT_RETURN_IF_ERROR(cuda::hc_expand(X.f(), y.f(), fm->post.f(), fm->comb.f(), S, hc, D, official_, st()));
-            end();
-            pre_mix = std::move(fm->pre);
+            // The attention site's mixes and collapse, and the projections.
+            DS41RT_RETURN_IF_ERROR(piece(size_t(2 * l), [&]() -> Status {
+                begin("mhc+norm");
+                DS41RT_RETURN_IF_ERROR(m_->hc_mixes(b.X.f(), S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, b.am));
+                DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(b.X.f(), b.pre_mix.f(), S, hc, D, official_, b.x.f(), st()));
+                DS41RT_RETURN_IF_ERROR(norm(b.x.f(), L.attn_norm, S, D));
+                end();
+                return attn_qkv(L, l, b, b.pos.as<int64_t>());
+            }));
+            DS41RT_RETURN_IF_ERROR(attn_core(L, l, B, b, shs));
+            // The output projection, the FFN site and the MoE: a graph when the routed experts run
+            // from device routes (local layers at decode).
+            auto ffn = [&]() -> Status {
+                DS41RT_RETURN_IF_ERROR(attn_out(L, l, b, b.pos.as<int64_t>()));
+                begin("mhc+norm");
+                DS41RT_RETURN_IF_ERROR(
+                    cuda::hc_expand(b.X.f(), b.y.f(), b.am.post.f(), b.am.comb.f(), S, hc, D, official_, st()));
+                DS41RT_RETURN_IF_ERROR(m_->hc_mixes(b.X.f(), S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, b.fm));
+                DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(b.X.f(), b.am.pre.f(), S, hc, D, official_, b.x.f(), st()));
+                DS41RT_RETURN_IF_ERROR(norm(b.x.f(), L.ffn_norm, S, D));
+                end();
+                DS41RT_RETURN_IF_ERROR(moe(L, l, b.x.f(), S, b.y.f()));
+                begin("mhc+norm");
+                DS41RT_RETURN_IF_ERROR(
+                    cuda::hc_expand(b.X.f(), b.y.f(), b.fm.post.f(), b.fm.comb.f(), S, hc, D, official_, st()));
+                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.pre_mix.f(), b.fm.pre.f(), size_t(S * hc) * sizeof(float),
+                                                            cudaMemcpyDeviceToDevice, st()));
+                end();
+                return Status::ok();
+            };
+            DS41RT_RETURN_IF_ERROR(moe_on_device(L, S) ? piece(size_t(2 * l + 1), ffn) : ffn());
         }
+        if (bk) bk->warm = true;
         begin("head");
-        DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(X.f(), pre_mix.f(), S, hc, D, official_, x.f(), st()));
-        DS41RT_RETURN_IF_ERROR(norm(x.f(), norm_, S, D));
+        DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(b.X.f(), b.pre_mix.f(), S, hc, D, official_, b.x.f(), st()));
+        DS41RT_RETURN_IF_ERROR(norm(b.x.f(), norm_, S, D));
         dtemp lg = m_->temp_f32(S * V);
-        DS41RT_RETURN_IF_ERROR(m_->run_linear(head_, x.f(), lg.f(), S, lin::F32));
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(head_, b.x.f(), lg.f(), S, lin::F32));
         end();
         prof_.add_host("host.issue", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - issue0).count());
         DS41RT_RETURN_IF_ERROR(m_->to_host(logits, lg.f(), size_t(S * V) * sizeof(float)));
@@ -808,6 +902,8 @@ private:
     experts::remote_layout layout_;
     std::unique_ptr<experts::remote_experts> remote_;  // set when some layers are remote
     mutable section_timer prof_;
+    bool graphs_on_ = true;
+    mutable std::map<int64_t, std::unique_ptr<step_bucket>> buckets_;  // by row count
 };
 
 }  // namespace
