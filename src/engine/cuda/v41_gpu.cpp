@@ -44,7 +44,7 @@
 #include "engine/cuda/device_model.h"
 #include "engine/cuda/key_lists.h"
 #include "engine/cuda/section_timer.h"
-#include "engine/cuda/step_graphs.h"
+#include "engine/cuda/step_bufs.h"
 #include "engine/engram_hash.h"
 #include "engine/rope.h"
 #include "engine/v41_steps.h"
@@ -121,27 +121,6 @@ struct step_rows {
     std::vector<int64_t> off, n, p0;  // per sequence
     int64_t rows = 0;
     const int64_t *pos_d = nullptr;   // [rows] device positions
-};
-
-// The activations a step hands from op to op, [S rows, ...] each: fresh temporaries in an eager
-// step, or one fixed set per row count when the step's fixed-shape pieces replay CUDA graphs
-// (their addresses are baked into the graphs).
-struct step_bufs {
-    int64_t S = 0;
-    dtemp X, x, y;          // hc streams [S, hc, dim]; the collapsed row and a sublayer's output [S, dim]
-    dtemp qr, q, kv, o;     // attention: [S, q_lora_rank], [S, H, hd], [S, hd], [S, H, hd]
-    hc_mix_dev am, fm;      // the mHC mixes of the attention and FFN sites
-    dtemp pre_mix;          // [S, hc] the collapse weights the next attention site reads
-    dtemp pos, ids;         // [S] positions (int64) and token ids (int32)
-};
-
-// One row count's fixed buffers and graphs.
-struct step_bucket {
-    step_bufs b;
-    step_graphs graphs;
-    bool warm = false;        // one eager step ran with these buffers (workspaces are sized)
-    uint64_t ws_gen = 0;      // the GEMV workspace generation the graphs hold
-    explicit step_bucket(cudaStream_t s) : graphs(s) {}
 };
 
 class v41_gpu final : public cpu_engine<seq_dev> {
@@ -266,10 +245,7 @@ public:
     std::vector<op_time> op_times() const override { return prof_.times(); }
     void reset_op_times() override { prof_.reset(); }
     void set_profile(bool on) override { prof_.set_on(on); }
-    void set_cuda_graphs(bool on) override {
-        graphs_on_ = on;
-        if (!on) buckets_.clear();
-    }
+    void set_cuda_graphs(bool on) override { buckets_.set_on(on); }
 
     seq_dev new_state() const override {
         seq_dev s;
@@ -765,41 +741,13 @@ private:
         return forward_rows(B, tokens, logits);
     }
 
-    step_bufs make_bufs(int64_t S) const {
-        const int64_t D = c_.dim, hc = c_.hc_mult, H = c_.n_heads, hd = c_.head_dim;
-        step_bufs b;
-        b.S = S;
-        b.X = m_->temp_f32(S * hc * D);
-        b.x = m_->temp_f32(S * D);
-        b.y = m_->temp_f32(S * D);
-        b.qr = m_->temp_f32(S * c_.q_lora_rank);
-        b.q = m_->temp_f32(S * H * hd);
-        b.kv = m_->temp_f32(S * hd);
-        b.o = m_->temp_f32(S * H * hd);
-        b.am = m_->hc_mix_buffers(S);
-        b.fm = m_->hc_mix_buffers(S);
-        b.pre_mix = m_->temp_f32(S * hc);
-        b.pos = m_->temp(size_t(S) * sizeof(int64_t));
-        b.ids = m_->temp(size_t(S) * sizeof(int32_t));
-        return b;
-    }
-
     // Decode steps (up to the MoE decode kernels' 16 rows) replay graphs of their fixed-shape
     // pieces, once a step of that row count has run eagerly (which sizes the workspaces the
-    // graphs then hold). Profiling runs eagerly: section events are not graph nodes.
+    // graphs then hold). Profiling runs eagerly: section events are not graph nodes. Remote layers
+    // wait on the host, so a plan with any runs eagerly.
     step_bucket *bucket_for(int64_t S) const {
-        if (!graphs_on_ || prof_.on() || S > cuda::MOE_MAX_ROWS || layout_.any_remote()) return nullptr;
-        auto &slot = buckets_[S];
-        if (!slot) {
-            slot = std::make_unique<step_bucket>(st());
-            slot->b = make_bufs(S);
-        }
-        if (slot->ws_gen != m_->workspace_generation()) {
-            slot->graphs.clear();
-            slot->warm = false;
-            slot->ws_gen = m_->workspace_generation();
-        }
-        return slot.get();
+        if (prof_.on() || layout_.any_remote()) return nullptr;
+        return buckets_.get(*m_, S, cuda::MOE_MAX_ROWS);
     }
 
     Status forward_rows(step_rows &B, const std::vector<int32_t> &tokens, float *logits) const {
@@ -813,7 +761,7 @@ private:
 
         step_bucket *bk = bucket_for(S);
         step_bufs fresh;
-        if (!bk) fresh = make_bufs(S);
+        if (!bk) fresh = make_step_bufs(*m_, S);
         const step_bufs &b = bk ? bk->b : fresh;
         const bool capture = bk && bk->warm;
         // A piece with fixed shapes: from its graph in a bucketed step, eagerly otherwise.
@@ -902,8 +850,7 @@ private:
     experts::remote_layout layout_;
     std::unique_ptr<experts::remote_experts> remote_;  // set when some layers are remote
     mutable section_timer prof_;
-    bool graphs_on_ = true;
-    mutable std::map<int64_t, std::unique_ptr<step_bucket>> buckets_;  // by row count
+    mutable step_buckets buckets_;
 };
 
 }  // namespace

@@ -46,6 +46,7 @@
 #include "engine/cpu_engine.h"
 #include "engine/cuda/key_lists.h"
 #include "engine/cuda/section_timer.h"
+#include "engine/cuda/step_bufs.h"
 #include "engine/rope.h"
 #include "engine/topk.h"
 #include "engine/v4_steps.h"
@@ -256,6 +257,7 @@ public:
     std::vector<op_time> op_times() const override { return prof_.times(); }
     void reset_op_times() override { prof_.reset(); }
     void set_profile(bool on) override { prof_.set_on(on); }
+    void set_cuda_graphs(bool on) override { buckets_.set_on(on); }
 
     seq_dev new_state() const override {
         seq_dev s;
@@ -428,16 +430,15 @@ private:
         return Status::ok();
     }
 
-    // ---- attention (spec 3.4-3.8) ----
-    Status attention(const layer_dev &L, int layer, const step_rows &B, const float *x, float *out) const {
-        const int64_t H = c_.n_heads, hd = c_.head_dim, W = c_.window, qlr = c_.q_lora_rank, S = B.rows;
-        const int ratio = c_.ratio(layer);
-        const bool csa = ratio > 0 && c_.is_index_source(layer);
-        const int64_t *pos_d = B.pos_d;
-        const float *inv = inv_for(layer);
+    // ---- attention (spec 3.4-3.8), in three parts: the projections (fixed shapes), the core
+    // (per-sequence state, lists of varying length) and the output projection (fixed shapes) ----
+    Status attn_qkv(const layer_dev &L, int layer, const step_bufs &b) const {
+        const int64_t H = c_.n_heads, hd = c_.head_dim, qlr = c_.q_lora_rank, S = b.S;
+        const int64_t *pos_d = b.pos.as<int64_t>();
+        const float *inv = inv_for(layer), *x = b.x.f();
+        const dtemp &qr = b.qr, &q = b.q, &kv = b.kv;
         begin("attn.qkv");
         // q = rope(rms_unweighted_per_head(wq_b(q_norm(wq_a(x))))); kv = rope(kv_norm(wkv(x))).
-        dtemp qr = m_->temp_f32(S * qlr), q = m_->temp_f32(S * H * hd), kv = m_->temp_f32(S * hd);
         DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.wq_a, x, qr.f()}, {&L.wkv, x, kv.f()}}, S, lin::FP8));
         DS41RT_RETURN_IF_ERROR(norm(qr.f(), L.q_norm, S, qlr));
         DS41RT_RETURN_IF_ERROR(m_->run_linear(L.wq_b, qr.f(), q.f(), S, lin::FP8));
@@ -454,6 +455,15 @@ private:
             DS41RT_RETURN_IF_ERROR(
                 cuda::fake_quant_fp8_ue8m0_cols(kv.f(), S, hd, hd - c_.rope_head_dim, KV_QAT_BLOCK, st()));
         end();
+        return Status::ok();
+    }
+
+    Status attn_core(const layer_dev &L, int layer, const step_rows &B, const step_bufs &b) const {
+        const int64_t H = c_.n_heads, hd = c_.head_dim, W = c_.window, S = B.rows;
+        const int ratio = c_.ratio(layer);
+        const bool csa = ratio > 0 && c_.is_index_source(layer);
+        const float *x = b.x.f();
+        const dtemp &qr = b.qr, &q = b.q, &kv = b.kv, &o = b.o;
 
         // Compressed branch, sequence by sequence: entries closed by this chunk are emitted
         // before attention; CSA queries see the indexer's selection, HCA queries every visible entry.
@@ -501,7 +511,6 @@ private:
         auto keys_d = lists.upload(*m_, &Lmax);
         if (!keys_d) return keys_d.status();
 
-        dtemp o = m_->temp_f32(S * H * hd);
         cuda::attention_batch ab;
         ab.q = q.f();
         ab.keys = keys_d->as<const float *const>();
@@ -520,14 +529,25 @@ private:
             DS41RT_RETURN_IF_ERROR(
                 store_window(*m_, B.seq[i]->ring[size_t(layer)], W, hd, B.p0[i], B.n[i], kv.f() + B.off[i] * hd));
         end();
-        begin("attn.out");
+        return Status::ok();
+    }
 
-        // Inverse RoPE at the query position, then the grouped output projection (wo_a per group
-        // in the BF16 class, wo_b FP8), as engine/output_projection does on the host.
-        DS41RT_RETURN_IF_ERROR(rope(o.f(), S * H, hd, pos_d, H, inv, true));
-        DS41RT_RETURN_IF_ERROR(m_->grouped_output(L.wo_a, L.wo_b, o.f(), S, H * hd, c_.o_groups, c_.o_lora_rank, out));
+    // Inverse RoPE at the query position, then the grouped output projection (wo_a per group in
+    // the BF16 class, wo_b FP8), as engine/output_projection does on the host: o -> y.
+    Status attn_out(const layer_dev &L, int layer, const step_bufs &b) const {
+        const int64_t H = c_.n_heads, hd = c_.head_dim, S = b.S;
+        begin("attn.out");
+        DS41RT_RETURN_IF_ERROR(rope(b.o.f(), S * H, hd, b.pos.as<int64_t>(), H, inv_for(layer), true));
+        DS41RT_RETURN_IF_ERROR(
+            m_->grouped_output(L.wo_a, L.wo_b, b.o.f(), S, H * hd, c_.o_groups, c_.o_lora_rank, b.y.f()));
         end();
         return Status::ok();
+    }
+
+    // Whether a layer's MoE runs without the host at S rows (so it can be part of a graph).
+    bool moe_on_device(const layer_dev &L, int64_t S) const {
+        (void)L, (void)S;
+        return false;  // the router runs on the host (v4_steps route)
     }
 
     // ---- MoE (spec 3.9; v4_model moe()) ----
@@ -623,53 +643,69 @@ private:
         return forward_rows(B, tokens, logits);
     }
 
+    // Decode steps (up to 16 rows) replay graphs of their fixed-shape pieces once a step of that
+    // row count has run eagerly; profiling runs eagerly (section events are not graph nodes).
+    step_bucket *bucket_for(int64_t S) const { return prof_.on() ? nullptr : buckets_.get(*m_, S, cuda::MOE_MAX_ROWS); }
+
     Status forward_rows(step_rows &B, const std::vector<int32_t> &tokens, float *logits) const {
         const auto issue0 = std::chrono::steady_clock::now();
         const int64_t S = B.rows, D = c_.dim, V = c_.vocab_size;
         const int hc = c_.hc_mult;
+        step_bucket *bk = bucket_for(S);
+        step_bufs fresh;
+        if (!bk) fresh = make_step_bufs(*m_, S);
+        const step_bufs &b = bk ? bk->b : fresh;
+        const bool capture = bk && bk->warm;
+        auto piece = [&](size_t key, const std::function<Status()> &fn) -> Status {
+            return bk ? bk->graphs.run(key, capture, fn) : fn();
+        };
 
         begin("embed");
         std::vector<int64_t> pos(static_cast<size_t>(S));
         for (size_t i = 0; i < B.seq.size(); i++)
             for (int64_t s = 0; s < B.n[i]; s++) pos[size_t(B.off[i] + s)] = B.p0[i] + s;
-        auto pos_d = m_->upload_temp(pos.data(), pos.size() * sizeof(int64_t));
-        auto ids_d = m_->upload_temp(tokens.data(), tokens.size() * sizeof(int32_t));
-        if (!pos_d) return pos_d.status();
-        if (!ids_d) return ids_d.status();
-        B.pos_d = pos_d->as<int64_t>();
+        DS41RT_RETURN_IF_ERROR(m_->to_device(b.pos.as<void>(), pos.data(), pos.size() * sizeof(int64_t)));
+        DS41RT_RETURN_IF_ERROR(m_->to_device(b.ids.as<void>(), tokens.data(), tokens.size() * sizeof(int32_t)));
+        B.pos_d = b.pos.as<int64_t>();
         // The residual streams [S, hc, D], all equal to the (bf16) embedding.
-        dtemp X = m_->temp_f32(S * hc * D);
-        DS41RT_RETURN_IF_ERROR(cuda::embed_rows_bf16(embed_, V, D, ids_d->as<int32_t>(), S, hc, X.f(), st()));
+        DS41RT_RETURN_IF_ERROR(cuda::embed_rows_bf16(embed_, V, D, b.ids.as<int32_t>(), S, hc, b.X.f(), st()));
         end();
 
-        dtemp x = m_->temp_f32(S * D), y = m_->temp_f32(S * D);
         for (int l = 0; l < c_.n_layers; l++) {
             const layer_dev &L = layers_[size_t(l)];
-            begin("mhc+norm");
-            auto am = m_->hc_mixes(X.f(), S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base);
-            if (!am) return am.status();
-            DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(X.f(), am->pre.f(), S, hc, D, official_, x.f(), st()));
-            DS41RT_RETURN_IF_ERROR(norm(x.f(), L.attn_norm, S, D));
-            end();
-            DS41RT_RETURN_IF_ERROR(attention(L, l, B, x.f(), y.f()));
-            begin("mhc+norm");
-            DS41RT_RETURN_IF_ERROR(cuda::hc_expand(X.f(), y.f(), am->post.f(), am->comb.f(), S, hc, D, official_, st()));
-
-            auto fm = m_->hc_mixes(X.f(), S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base);
-            if (!fm) return fm.status();
-            DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(X.f(), fm->pre.f(), S, hc, D, official_, x.f(), st()));
-            DS41RT_RETURN_IF_ERROR(norm(x.f(), L.ffn_norm, S, D));
-            end();
-            DS41RT_RETURN_IF_ERROR(moe(L, l, x.f(), tokens, S, y.f()));
-            begin("mhc+norm");
-            DS41RT_RETURN_IF_ERROR(cuda::hc_expand(X.f(), y.f(), fm->post.f(), fm->comb.f(), S, hc, D, official_, st()));
-            end();
+            DS41RT_RETURN_IF_ERROR(piece(size_t(2 * l), [&]() -> Status {
+                begin("mhc+norm");
+                DS41RT_RETURN_IF_ERROR(m_->hc_mixes(b.X.f(), S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, b.am));
+                DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(b.X.f(), b.am.pre.f(), S, hc, D, official_, b.x.f(), st()));
+                DS41RT_RETURN_IF_ERROR(norm(b.x.f(), L.attn_norm, S, D));
+                end();
+                return attn_qkv(L, l, b);
+            }));
+            DS41RT_RETURN_IF_ERROR(attn_core(L, l, B, b));
+            auto ffn = [&]() -> Status {
+                DS41RT_RETURN_IF_ERROR(attn_out(L, l, b));
+                begin("mhc+norm");
+                DS41RT_RETURN_IF_ERROR(
+                    cuda::hc_expand(b.X.f(), b.y.f(), b.am.post.f(), b.am.comb.f(), S, hc, D, official_, st()));
+                DS41RT_RETURN_IF_ERROR(m_->hc_mixes(b.X.f(), S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, b.fm));
+                DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(b.X.f(), b.fm.pre.f(), S, hc, D, official_, b.x.f(), st()));
+                DS41RT_RETURN_IF_ERROR(norm(b.x.f(), L.ffn_norm, S, D));
+                end();
+                DS41RT_RETURN_IF_ERROR(moe(L, l, b.x.f(), tokens, S, b.y.f()));
+                begin("mhc+norm");
+                DS41RT_RETURN_IF_ERROR(
+                    cuda::hc_expand(b.X.f(), b.y.f(), b.fm.post.f(), b.fm.comb.f(), S, hc, D, official_, st()));
+                end();
+                return Status::ok();
+            };
+            DS41RT_RETURN_IF_ERROR(moe_on_device(L, S) ? piece(size_t(2 * l + 1), ffn) : ffn());
         }
+        if (bk) bk->warm = true;
         begin("head");
-        DS41RT_RETURN_IF_ERROR(hc_head(X.f(), S, x.f()));
-        DS41RT_RETURN_IF_ERROR(norm(x.f(), norm_, S, D));
+        DS41RT_RETURN_IF_ERROR(hc_head(b.X.f(), S, b.x.f()));
+        DS41RT_RETURN_IF_ERROR(norm(b.x.f(), norm_, S, D));
         dtemp lg = m_->temp_f32(S * V);
-        DS41RT_RETURN_IF_ERROR(m_->run_linear(head_, x.f(), lg.f(), S, lin::F32));
+        DS41RT_RETURN_IF_ERROR(m_->run_linear(head_, b.x.f(), lg.f(), S, lin::F32));
         end();
         prof_.add_host("host.issue", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - issue0).count());
         DS41RT_RETURN_IF_ERROR(m_->to_host(logits, lg.f(), size_t(S * V) * sizeof(float)));
@@ -688,6 +724,7 @@ private:
     int n_pairs_ = 0;
     std::vector<layer_dev> layers_;
     mutable section_timer prof_;
+    mutable step_buckets buckets_;
 };
 
 }  // namespace

@@ -1,0 +1,40 @@
+#include "engine/cuda/step_bufs.h"
+
+namespace ds41rt::engine::gpu {
+
+step_bufs make_step_bufs(const device_model &m, int64_t S) {
+    const model::model_config &c = m.config();
+    const int64_t D = c.dim, hc = c.hc_mult, H = c.n_heads, hd = c.head_dim;
+    step_bufs b;
+    b.S = S;
+    b.X = m.temp_f32(S * hc * D);
+    b.x = m.temp_f32(S * D);
+    b.y = m.temp_f32(S * D);
+    b.qr = m.temp_f32(S * c.q_lora_rank);
+    b.q = m.temp_f32(S * H * hd);
+    b.kv = m.temp_f32(S * hd);
+    b.o = m.temp_f32(S * H * hd);
+    b.am = m.hc_mix_buffers(S);
+    b.fm = m.hc_mix_buffers(S);
+    b.pre_mix = m.temp_f32(S * hc);
+    b.pos = m.temp(size_t(S) * sizeof(int64_t));
+    b.ids = m.temp(size_t(S) * sizeof(int32_t));
+    return b;
+}
+
+step_bucket *step_buckets::get(const device_model &m, int64_t S, int64_t max_rows) {
+    if (!on_ || S > max_rows) return nullptr;
+    auto &slot = by_rows_[S];
+    if (!slot) {
+        slot = std::make_unique<step_bucket>(m.stream());
+        slot->b = make_step_bufs(m, S);
+    }
+    if (slot->ws_gen != m.workspace_generation()) {
+        slot->graphs.clear();
+        slot->warm = false;
+        slot->ws_gen = m.workspace_generation();
+    }
+    return slot.get();
+}
+
+}  // namespace ds41rt::engine::gpu

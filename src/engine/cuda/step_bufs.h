@@ -1,0 +1,51 @@
+// The activations a GPU step hands from op to op, shared by the V4.1 and V4 forward passes:
+// fresh stream-ordered temporaries in an eager step, or one fixed set per row count when the
+// step's fixed-shape pieces replay CUDA graphs (step_graphs.h), whose nodes hold their addresses.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+
+#include "engine/cuda/device_model.h"
+#include "engine/cuda/step_graphs.h"
+
+namespace ds41rt::engine::gpu {
+
+struct step_bufs {
+    int64_t S = 0;
+    dtemp X, x, y;       // hc streams [S, hc, dim]; the collapsed row and a sublayer's output [S, dim]
+    dtemp qr, q, kv, o;  // attention: [S, q_lora_rank], [S, H, hd], [S, hd], [S, H, hd]
+    hc_mix_dev am, fm;   // the mHC mixes of the attention and FFN sites
+    dtemp pre_mix;       // [S, hc] the collapse weights the next site reads (V4.1)
+    dtemp pos, ids;      // [S] positions (int64) and token ids (int32)
+};
+
+step_bufs make_step_bufs(const device_model &m, int64_t S);
+
+// One row count's fixed buffers and graphs.
+struct step_bucket {
+    step_bufs b;
+    step_graphs graphs;
+    bool warm = false;    // one eager step ran with these buffers (the workspaces are sized)
+    uint64_t ws_gen = 0;  // the GEMV workspace generation the graphs hold
+    explicit step_bucket(cudaStream_t s) : graphs(s) {}
+};
+
+// The buckets of one engine, by row count. A step of S rows gets S's bucket (made on first use)
+// or nullptr: graphs off, or more rows than a decode step (max_rows). A bucket whose graphs hold
+// a GEMV workspace since reallocated drops them and runs eagerly once more.
+class step_buckets {
+public:
+    step_bucket *get(const device_model &m, int64_t S, int64_t max_rows);
+    void set_on(bool on) {
+        on_ = on;
+        if (!on) by_rows_.clear();
+    }
+
+private:
+    bool on_ = true;
+    std::map<int64_t, std::unique_ptr<step_bucket>> by_rows_;
+};
+
+}  // namespace ds41rt::engine::gpu
