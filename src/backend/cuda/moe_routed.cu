@@ -1,5 +1,5 @@
 // Routed-expert decode for one MoE layer with the routing in device memory: group -> split x ->
-// GEMV(w1, w3 of every selected expert) -> clamped SwiGLU -> split h -> GEMV(w2) -> combine.
+// GEMV(w1, w3 of every selected expert) -> clamped SwiGLU + split h -> GEMV(w2) -> combine.
 // Reference: backend/cpu routed_expert_sum; bit-identical to run_moe_decode (moe_decode.cu) for
 // the same routes.
 //
@@ -8,7 +8,7 @@
 // route (~4 FLOP per weight byte against a ~300 FLOP/byte ridge: HBM-bound). B = 1: 6 experts,
 // 113 MB, ~27 us at the H200's ~4.2 TB/s copy rate; B = 16 with uniform routing ~85 of 384
 // experts, ~1.6 GB, ~0.38 ms. NVFP4: 19.9 MB per expert, 119.5 MB at B = 1. The small kernels
-// (group, two splits, SwiGLU, combine) move B * K * (2 D + 3 I + D) * 4 bytes (1.4 MB at B * K =
+// (group, split, SwiGLU + split, combine) move B * K * (2 D + 3 I + D) * 4 bytes (1.4 MB at B * K =
 // 96) and cost launch latency, not bandwidth.
 //
 // Grouping on the device (moe_routed_group_kernel, one block of 128 threads): the B * K routes
@@ -35,7 +35,7 @@
 // Numerics: moe_numerics.cuh (the same source as run_moe_decode's kernels); see moe_decode.cu.
 // Invariants: B <= 16, B * K <= 128, D and I multiples of 32, x 16-byte aligned, out != x.
 // Graph-capturable: yes, for any routing (launch shapes fixed by the plan; no host reads, no
-// allocation, no route-dependent memset). Deterministic. Launches per step: 7.
+// allocation, no route-dependent memset). Deterministic. Launches per step: 6.
 // Test: tests/cuda/moe_routed_test.cpp (bit-identical to run_moe_decode; CPU reference at
 // moe_decode_test's tolerance; graph replay with new routes; bandwidth line).
 #include "backend/cuda/moe_routed.cuh"
@@ -188,11 +188,10 @@ __global__ void __launch_bounds__(GROUP_THREADS) moe_routed_group_kernel(const _
     }
 }
 
-// Split (MXFP4) or quantize (NVFP4) one slot row per blockIdx.y for the up (x) or down (h) GEMV.
+// Split (MXFP4) or quantize (NVFP4) slot row s for the up (x) or down (h) GEMV; thread tid of
+// nthreads (NVFP4: the whole block, tid = threadIdx.x).
 template <int MODE>
-__global__ void moe_routed_split_kernel(const __grid_constant__ routed_params p, bool down) {
-    const int s = blockIdx.y;
-    if (s >= p.r.meta[META_SLOTS]) return;
+__device__ __forceinline__ void split_row(const routed_params &p, int s, bool down, int tid, int nthreads) {
     const int Kd = down ? p.I : p.D, u = p.r.slot_u[s], m = p.r.slot_m[s];
     const float *src = down ? p.h + size_t(s) * p.I : p.x + size_t(p.r.slot_row[s]) * p.D;
     uint8_t *xs = down ? p.xs_down : p.xs_up;
@@ -208,8 +207,16 @@ __global__ void moe_routed_split_kernel(const __grid_constant__ routed_params p,
         J.x = src, J.M = 1, J.K = Kd, J.act_block = MODE == OFFICIAL ? p.act_block : 0;
         J.xs = xs + size_t(s) * Kd * (MODE == OFFICIAL ? 1 : 4);
         J.sx = MODE == OFFICIAL ? sx + size_t(u) * (Kd / p.act_block) * gd::SX_TOKENS + m : nullptr;
-        gd::split_x_rows(J, blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
+        gd::split_x_rows(J, tid, nthreads);
     }
+}
+
+// x's slot rows for the up GEMV, one slot per blockIdx.y.
+template <int MODE>
+__global__ void moe_routed_split_kernel(const __grid_constant__ routed_params p) {
+    const int s = blockIdx.y;
+    if (s >= p.r.meta[META_SLOTS]) return;  // uniform across the block
+    split_row<MODE>(p, s, false, blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
 }
 
 // The matrices of one launch: up = (w1, w3) of each selected expert in job order; down = w2.
@@ -278,13 +285,18 @@ __global__ void __launch_bounds__(WARPS * 32) moe_routed_nvfp4_kernel(const __gr
     nd::nvfp4_item<NT>(J, m.local);
 }
 
+// One slot row per block: h = SwiGLU(gate, up) [* weight], then h split for the down GEMV (the
+// block's own writes, visible to it after the barrier). Fused: one launch fewer per step.
 template <int MODE>
-__global__ void moe_routed_swiglu_kernel(const __grid_constant__ routed_params p, bool weight_before) {
-    const size_t n = size_t(p.r.meta[META_SLOTS]) * p.I;
-    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-        const float w = weight_before ? p.r.slot_weight[i / size_t(p.I)] : 0.0f;
-        p.h[i] = swiglu_h<MODE>(p.gate[i], p.up[i], p.limit, weight_before, w);
-    }
+__global__ void __launch_bounds__(256) moe_routed_swiglu_kernel(const __grid_constant__ routed_params p, bool weight_before) {
+    const int s = blockIdx.y;
+    if (s >= p.r.meta[META_SLOTS]) return;  // uniform across the block
+    const float w = weight_before ? p.r.slot_weight[s] : 0.0f;
+    const size_t row = size_t(s) * p.I;
+    for (int i = threadIdx.x; i < p.I; i += blockDim.x)
+        p.h[row + i] = swiglu_h<MODE>(p.gate[row + i], p.up[row + i], p.limit, weight_before, w);
+    __syncthreads();
+    split_row<MODE>(p, s, true, threadIdx.x, blockDim.x);
 }
 
 template <bool OFFICIAL_OUT>
@@ -382,7 +394,7 @@ Result<moe_routed_plan> plan_moe_routed(const device_info &dev, const moe_layer 
         const int work = ab ? (Kd / ab) * 32 : Kd / 4;
         return std::min(1024, (work + 255) / 256);
     };
-    plan.split_blocks_up = split_blocks(D), plan.split_blocks_down = split_blocks(I);
+    plan.split_blocks_up = split_blocks(D);
 
     // Workspace layout: [routing][xs up][sx up][xs down][sx down][gate][up][h][ye][counters up]
     // [counters down][partials up][partials down].
@@ -475,12 +487,12 @@ Status run_moe_routed(const moe_routed_plan &plan, const float *x, const int32_t
 
     const int R = plan.B * plan.K;
     const int mode = plan.nvfp4 ? NVFP4 : plan.act_block ? OFFICIAL : REFERENCE;
-    auto split = [&](bool down) {
-        const dim3 grid(unsigned(down ? plan.split_blocks_down : plan.split_blocks_up), unsigned(R));
+    auto split = [&]() {
+        const dim3 grid(unsigned(plan.split_blocks_up), unsigned(R));
         const unsigned threads = plan.nvfp4 ? nd::QUANT_THREADS : 256;
-        if (mode == NVFP4) moe_routed_split_kernel<NVFP4><<<grid, threads, 0, stream>>>(p, down);
-        else if (mode == OFFICIAL) moe_routed_split_kernel<OFFICIAL><<<grid, threads, 0, stream>>>(p, down);
-        else moe_routed_split_kernel<REFERENCE><<<grid, threads, 0, stream>>>(p, down);
+        if (mode == NVFP4) moe_routed_split_kernel<NVFP4><<<grid, threads, 0, stream>>>(p);
+        else if (mode == OFFICIAL) moe_routed_split_kernel<OFFICIAL><<<grid, threads, 0, stream>>>(p);
+        else moe_routed_split_kernel<REFERENCE><<<grid, threads, 0, stream>>>(p);
     };
     auto gemv = [&](bool down) {
         const unsigned grid = unsigned(std::max(1, down ? plan.down_blocks : plan.up_blocks));
@@ -499,18 +511,16 @@ Status run_moe_routed(const moe_routed_plan &plan, const float *x, const int32_t
 
     moe_routed_group_kernel<<<1, GROUP_THREADS, 0, stream>>>(p);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    split(false);
+    split();
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     gemv(false);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    const size_t n = size_t(R) * plan.I;
-    const unsigned sgrid = unsigned(std::min<size_t>((n + 255) / 256, 4096));
+    static_assert(nd::QUANT_THREADS == 256, "the SwiGLU + split kernel quantizes NVFP4 rows with 256 threads");
+    const dim3 sgrid(1, unsigned(R));
     const bool before = !plan.weight_after_w2;
     if (mode == NVFP4) moe_routed_swiglu_kernel<NVFP4><<<sgrid, 256, 0, stream>>>(p, before);
     else if (mode == OFFICIAL) moe_routed_swiglu_kernel<OFFICIAL><<<sgrid, 256, 0, stream>>>(p, before);
     else moe_routed_swiglu_kernel<REFERENCE><<<sgrid, 256, 0, stream>>>(p, before);
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    split(true);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     gemv(true);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());

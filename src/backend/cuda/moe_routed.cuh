@@ -54,7 +54,7 @@ struct moe_routed_plan {
     std::shared_ptr<void> owned_table;         // set when the plan allocated the table
     int ksplit_up[2][MOE_MAX_ROUTES + 1] = {}, ksplit_down[2][MOE_MAX_ROUTES + 1] = {};
     int up_blocks = 0, down_blocks = 0;  // fixed grids: the worst case over U <= u_max
-    int split_blocks_up = 0, split_blocks_down = 0;
+    int split_blocks_up = 0;             // x split grid (per slot row)
     // Workspace layout (byte offsets), see moe_routed.cu.
     size_t off_routing = 0, off_xs_up = 0, off_sx_up = 0, off_xs_down = 0, off_sx_down = 0;
     size_t off_gate = 0, off_up = 0, off_h = 0, off_ye = 0;
