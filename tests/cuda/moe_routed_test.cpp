@@ -486,6 +486,9 @@ TEST_F(MoeRouted, graph_replays_new_routes) {
             for (auto &v : x) v *= 4.0f;
             dx.put(x), dids.put(r.ids), dw.put(r.w);
             ASSERT_EQ(cudaMemset(dout.p, 0xff, dout.n), cudaSuccess);
+            // The copies and the memset ran on the legacy stream, which a non-blocking stream
+            // does not wait for.
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
             ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
             ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
             const std::vector<float> replay = dout.get<float>();
@@ -574,6 +577,7 @@ TEST_F(MoeRouted, bandwidth_informational) {
         }
         cudaStream_t stream;
         cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the uploads and the workspace poison
         ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
         for (int st = 0; st < STEPS; st++)
             ASSERT_TRUE(cuda::run_moe_routed(p, dx.as<float>(), ids[size_t(st)]->as<int32_t>(), wts[size_t(st)]->as<float>(),
