@@ -16,7 +16,7 @@
 // tiles stay the same too).
 // Outputs and every intermediate buffer are poisoned with NaN before each run; each plan runs
 // twice and the replay must be bit-equal. Also: the not-held error path (an id of an expert not
-// held, one past the table, a negative one), the more-than-16-routes error, a CUDA graph captured
+// held, one past the table, a negative one), the too-many-routes-to-one-expert error, a CUDA graph captured
 // once and replayed with new routes written into device memory, and an informational bandwidth
 // line at V4.1 with all 384 experts resident (never asserted).
 #include <gtest/gtest.h>
@@ -31,6 +31,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "backend/cpu/routed.h"
 #include "backend/cuda/moe_decode.cuh"
@@ -423,21 +424,23 @@ TEST_F(MoeRouted, not_held_expert_sets_the_error) {
     EXPECT_TRUE(cuda::moe_routed_error(plan.value(), ws->p, 0).is_ok());
 }
 
-// 32 routes to one expert in a step (rows listing it twice) exceed the GEMV's 16 rows: the step
-// writes zeros and reports NOT_SUPPORTED naming the expert.
-TEST_F(MoeRouted, more_than_16_routes_to_one_expert) {
+// More routes to one expert in a step than the plan's GEMVs take (rows listing it twice): 32 at
+// B = 16 (limit 16), 12 at B = 4 (limit 8). The step writes zeros and reports NOT_SUPPORTED
+// naming the expert.
+TEST_F(MoeRouted, too_many_routes_to_one_expert) {
     const layer_set &s = *g_small;
-    const int B = 16, K = 2;
-    routing r;
-    r.ids.assign(size_t(B * K), 3);
-    r.w.assign(size_t(B * K), 0.5f);
-    std::vector<float> x = testing_util::random_normal(size_t(B) * s.D, 6);
-    Status err;
-    const std::vector<float> got = run_routed(s.layer, B, K, x, r, &err);
-    EXPECT_EQ(err.code(), status_code::NOT_SUPPORTED) << err.to_string();
-    EXPECT_NE(err.to_string().find("expert 3 "), std::string::npos) << err.to_string();
-    ASSERT_EQ(got.size(), x.size());
-    for (float v : got) ASSERT_EQ(v, 0.0f);
+    for (auto [B, K] : {std::pair{16, 2}, std::pair{4, 3}}) {
+        routing r;
+        r.ids.assign(size_t(B * K), 3);
+        r.w.assign(size_t(B * K), 0.5f);
+        std::vector<float> x = testing_util::random_normal(size_t(B) * s.D, 6);
+        Status err;
+        const std::vector<float> got = run_routed(s.layer, B, K, x, r, &err);
+        EXPECT_EQ(err.code(), status_code::NOT_SUPPORTED) << err.to_string();
+        EXPECT_NE(err.to_string().find("expert 3 "), std::string::npos) << err.to_string();
+        ASSERT_EQ(got.size(), x.size());
+        for (float v : got) ASSERT_EQ(v, 0.0f);
+    }
 }
 
 TEST_F(MoeRouted, rejects_bad_shapes) {

@@ -24,8 +24,11 @@
 // experts is the one plan_gemv / plan_nvfp4_gemv would pick for the same launch (a table built on
 // the host by asking them, indexed by U and the largest group's token tiles), so every partial
 // sum is formed and added in the same order: same bits. The kernels are instantiated for the
-// plan's worst-case token tiles (nt = 2 when a group may exceed 8 rows); a step whose groups all
-// have <= 8 rows runs the second 8-token MMA tile on zeros, which changes no sum.
+// plan's token tiles, nt = 1 for B <= 8 (an expert's group has at most B rows when no row repeats
+// an id, as the routers guarantee), 2 above: the instance run_moe_decode picks whenever its
+// groups have more than 8 rows, and for a step whose groups all have <= 8 rows the second
+// 8-token MMA tile runs on zeros, which changes no sum. A group larger than 8 * nt rows (a row
+// repeating an id) is refused: error word, zero output.
 //
 // x for the GEMVs is split (or quantized) per slot row straight from x [B, D] (no gathered fp32
 // copy): the split / quantization is per row, so slot s gets the bits run_moe_decode's gathered
@@ -98,7 +101,7 @@ routing_view routing_at(void *base, int B, int K, int u_max) {
 
 struct routed_params {
     const moe_routed_expert *table;
-    int E, B, K, D, I, act_block;
+    int E, B, K, D, I, act_block, max_rows;  // max_rows: 8 * the plan's token tiles
     float limit;
     bool weight_after;
     routing_view r;
@@ -150,7 +153,7 @@ __global__ void __launch_bounds__(GROUP_THREADS) moe_routed_group_kernel(const _
         if (first) {
             atomicAdd(&s_u, 1);
             atomicMax(&s_max_rows, rows);
-            if (rows > MOE_MAX_ROWS) atomicExch(&s_over, e);
+            if (rows > p.max_rows) atomicExch(&s_over, e);
         }
     }
     sfirst[t] = e >= 0 && first;
@@ -367,7 +370,7 @@ Result<moe_routed_plan> plan_moe_routed(const device_info &dev, const moe_layer 
     moe_routed_plan plan;
     plan.B = B, plan.K = K, plan.E = E, plan.D = D, plan.I = I;
     plan.u_max = std::min(B * K, E);
-    plan.nt = std::min(B * K, MOE_MAX_ROWS) > 8 ? 2 : 1;
+    plan.nt = B > 8 ? 2 : 1;
     plan.act_block = ab, plan.swiglu_limit = layer.swiglu_limit;
     plan.weight_after_w2 = layer.weight_after_w2, plan.nvfp4 = nvfp4;
 
@@ -467,6 +470,7 @@ Status run_moe_routed(const moe_routed_plan &plan, const float *x, const int32_t
     routed_params p{};
     p.table = plan.table;
     p.E = plan.E, p.B = plan.B, p.K = plan.K, p.D = plan.D, p.I = plan.I, p.act_block = plan.act_block;
+    p.max_rows = 8 * plan.nt;
     p.limit = plan.swiglu_limit, p.weight_after = plan.weight_after_w2;
     p.r = routing_at(ws + plan.off_routing, plan.B, plan.K, plan.u_max);
     p.x = x, p.out = out, p.ids = ids, p.weights = weights;
@@ -541,8 +545,9 @@ Status moe_routed_error(const moe_routed_plan &plan, void *workspace, cudaStream
         return Status::invalid_argument("moe routed: a route names expert " + std::to_string(err[ERR_HELD_ID]) +
                                         ", which is not held here (table of " + std::to_string(plan.E) + ")");
     if (err[ERR_ROWS])
-        return Status::not_supported("moe routed: expert " + std::to_string(err[ERR_ROWS_ID]) +
-                                     " has more than 16 routes in one step; the step's output is zero");
+        return Status::not_supported("moe routed: expert " + std::to_string(err[ERR_ROWS_ID]) + " has more than " +
+                                     std::to_string(8 * plan.nt) + " routes in one step of " + std::to_string(plan.B) +
+                                     " rows (a row repeats it); the step's output is zero");
     return Status::ok();
 }
 

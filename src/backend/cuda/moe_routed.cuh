@@ -13,8 +13,8 @@
 // expert of the table (out of [0, E), or w1 / w2 / w3 null) contributes nothing and sets an error
 // word in the workspace, which moe_routed_error turns into INVALID_ARGUMENT naming the expert
 // (call it outside the captured step, e.g. after the step's stream sync). An expert with more
-// than 16 routes in one step (only possible when a row repeats an id) zeroes the step's output
-// and sets the error word (NOT_SUPPORTED).
+// routes in one step than 8 (B <= 8) or 16 (B > 8) rows, only possible when a row repeats an
+// id, zeroes the step's output and sets the error word (NOT_SUPPORTED).
 //
 // Ownership: the plan holds the layer's expert table in device memory (its own allocation,
 // shared by copies of the plan, or caller memory of moe_routed_table_bytes(E)); weights stay
@@ -46,7 +46,7 @@ size_t moe_routed_table_bytes(int experts);
 struct moe_routed_plan {
     int B = 0, K = 0, E = 0, D = 0, I = 0;
     int u_max = 0;         // min(B * K, E): the most experts one step can select
-    int nt = 1;            // token tiles the GEMV kernels are built for: 2 when a group may exceed 8 rows
+    int nt = 1;            // token tiles of the GEMV kernels: 1 for B <= 8, else 2 (groups up to 8 * nt rows)
     int act_block = 0;
     float swiglu_limit = 0;
     bool weight_after_w2 = false, nvfp4 = false;
@@ -80,7 +80,7 @@ Status run_moe_routed(const moe_routed_plan &plan, const float *x, const int32_t
 
 // Reads and clears the workspace's error word (a synchronous copy on `stream`: outside the
 // captured step). OK, or INVALID_ARGUMENT naming an expert id that is not held, or NOT_SUPPORTED
-// naming an expert with more than 16 routes in one step.
+// naming an expert with more than 8 * nt routes in one step.
 Status moe_routed_error(const moe_routed_plan &plan, void *workspace, cudaStream_t stream);
 
 }  // namespace ds41rt::backend::cuda
