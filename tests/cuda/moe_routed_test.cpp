@@ -9,8 +9,8 @@
 // V4.1 fixture (D 64, I 32, 8 experts all held, K 2, where B = 16 puts more than 8 rows on an
 // expert: the GEMVs' second token tile), B = 1, 4, 16, both numerics, MXFP4 and NVFP4, the route
 // weight before and after w2, the clamps 10 and 2. Routes as the router makes them (K distinct
-// experts per row, positive weights) with an expert repeated across rows and one -1 id (a
-// dropped pick: no contribution). For run_moe_decode, which takes no -1, the dropped pick becomes
+// experts per row, positive weights) with an expert repeated across rows and, for B > 1, one -1
+// id (a dropped pick: no contribution). For run_moe_decode, which takes no -1, the dropped pick becomes
 // a zero-weight route to an expert the step already reads (adds +-0 to its row; the step's
 // expert count, and with it the GEMVs' K slicing, stays the same; the test checks the token
 // tiles stay the same too).
@@ -18,7 +18,9 @@
 // twice and the replay must be bit-equal. Also: the not-held error path (an id of an expert not
 // held, one past the table, a negative one), the too-many-routes-to-one-expert error, a CUDA graph captured
 // once and replayed with new routes written into device memory, and an informational bandwidth
-// line at V4.1 with all 384 experts resident (never asserted).
+// line at V4.1 with all 384 experts resident (never asserted). Without a GPU: the group kernel's
+// arithmetic (moe_grouping.h) against plan_moe_decode's host sort, and with dropped routes
+// against a std::stable_sort of the kept ones.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -35,6 +37,7 @@
 
 #include "backend/cpu/routed.h"
 #include "backend/cuda/moe_decode.cuh"
+#include "backend/cuda/moe_grouping.h"
 #include "backend/cuda/moe_routed.cuh"
 #include "core/dtype.h"
 #include "core/threads.h"
@@ -322,7 +325,9 @@ protected:
     void check_case(const layer_set &s, bool nvfp4, int act_block, int B, int K, float limit, bool after, uint32_t seed) {
         cuda::moe_layer layer = s.layer;
         layer.act_block = nvfp4 ? 0 : act_block, layer.swiglu_limit = limit, layer.weight_after_w2 = after;
-        const routing r = make_routes(s, B, K, seed, true);
+        // At B = 1 the dropped pick's stand-in for run_moe_decode would repeat an expert in the
+        // row, which plan_moe_decode refuses at B = 1 (see MoeRoutedGrouping): no -1 there.
+        const routing r = make_routes(s, B, K, seed, B > 1);
         std::vector<float> x = testing_util::random_normal(size_t(B) * s.D, seed + 7);
         for (auto &v : x) v *= nvfp4 ? 2.0f : 4.0f;
         const std::string what = std::string(nvfp4 ? "nvfp4" : act_block ? "official" : "reference") + " D" +
@@ -613,6 +618,144 @@ TEST_F(MoeRouted, bandwidth_informational) {
         cudaGraphDestroy(graph);
         cudaEventDestroy(e0), cudaEventDestroy(e1);
         cudaStreamDestroy(stream);
+    }
+}
+
+// ---- the grouping on the host (no GPU): moe_grouping.h against plan_moe_decode ----------------
+
+struct host_grouping {
+    std::vector<int> slot_route, slot_job, slot_pos_in_job;  // by slot
+    std::vector<int> job_expert, job_off, job_rows;          // by job
+    std::vector<std::vector<int>> row_slots;                 // by row, in list order
+};
+
+// What the group kernel computes, by moe_grouping.h's two phases over every route.
+host_grouping group_on_host(const std::vector<int> &e, int B, int K) {
+    const int R = B * K;
+    std::vector<cuda::route_group> g(R);
+    std::vector<int> first(R), rank(R);
+    for (int t = 0; t < R; t++) {
+        if (e[size_t(t)] >= 0) g[size_t(t)] = cuda::group_route(e.data(), R, t);
+        first[size_t(t)] = e[size_t(t)] >= 0 && g[size_t(t)].first;
+        rank[size_t(t)] = g[size_t(t)].rank;
+    }
+    host_grouping h;
+    const int slots = int(std::count_if(e.begin(), e.end(), [](int v) { return v >= 0; }));
+    const int jobs = int(std::count(first.begin(), first.end(), 1));
+    h.slot_route.assign(size_t(slots), -1), h.slot_job.assign(size_t(slots), -1), h.slot_pos_in_job.assign(size_t(slots), -1);
+    h.job_expert.assign(size_t(jobs), -1), h.job_off.assign(size_t(jobs), -1), h.job_rows.assign(size_t(jobs), -1);
+    h.row_slots.assign(size_t(B), std::vector<int>(size_t(K), -1));
+    for (int t = 0; t < R; t++) {
+        if (e[size_t(t)] < 0) continue;
+        const cuda::route_place pl = cuda::place_route(e.data(), first.data(), rank.data(), R, K, t);
+        const cuda::route_group &q = g[size_t(t)];
+        EXPECT_LT(q.rank, slots);
+        EXPECT_LT(pl.job, jobs);
+        if (q.rank >= slots || pl.job >= jobs) continue;
+        EXPECT_EQ(h.slot_route[size_t(q.rank)], -1) << "two routes in slot " << q.rank;
+        h.slot_route[size_t(q.rank)] = t, h.slot_job[size_t(q.rank)] = pl.job, h.slot_pos_in_job[size_t(q.rank)] = q.rank - q.off;
+        h.row_slots[size_t(t / K)][size_t(pl.pos)] = q.rank;
+        if (q.first) h.job_expert[size_t(pl.job)] = e[size_t(t)], h.job_off[size_t(pl.job)] = q.off, h.job_rows[size_t(pl.job)] = q.rows;
+    }
+    for (auto &row : h.row_slots) row.erase(std::remove(row.begin(), row.end(), -1), row.end());
+    return h;
+}
+
+cuda::moe_layer fake_layer(int E) {
+    cuda::moe_layer layer;
+    layer.D = 5120, layer.I = 2304, layer.act_block = 32;
+    layer.experts.resize(size_t(E));
+    for (int e = 0; e < E; e++) {
+        const uint8_t *b = reinterpret_cast<const uint8_t *>(uintptr_t(e + 1) << 30);  // never dereferenced
+        layer.experts[size_t(e)] = {b, b + 1, b + 2, b + 3, b + 4, b + 5};
+    }
+    return layer;
+}
+
+// Routes with every id kept: the slots, jobs and row lists equal plan_moe_decode's (its slot
+// order, its matrices' M, its row_slot CSR). Rows repeat experts across rows (a small pool) and,
+// in one case, within a row.
+TEST(MoeRoutedGrouping, equals_plan_moe_decode) {
+    cuda::device_info dev;
+    dev.sm_count = 132;  // plan_gemv only sizes launches here
+    const int E = 384, K = 6;
+    const cuda::moe_layer layer = fake_layer(E);
+    std::mt19937 rng(3);
+    for (int B : {1, 2, 4, 9, 16})
+        for (int pool : {6, 12, 384})
+            for (bool repeat_in_row : {false, true}) {
+                // At most 16 routes to one expert; at B = 1 plan_moe_decode refuses a repeated id
+                // (its experts share x in place, and plan_gemv wants one M per shared x).
+                if (repeat_in_row && B != 2) continue;
+                std::vector<cuda::moe_route> routes;
+                std::vector<int> ids;
+                for (int b = 0; b < B; b++) {
+                    std::vector<int> p(E);
+                    std::iota(p.begin(), p.end(), 0);
+                    std::shuffle(p.begin(), p.begin() + pool, rng);
+                    for (int k = 0; k < K; k++) {
+                        const int id = repeat_in_row && k == 3 ? p[0] : p[size_t(k % pool)];
+                        ids.push_back(id), routes.push_back({uint32_t(id), float(b * K + k)});
+                    }
+                }
+                const int R = B * K;
+                const cuda::moe_buffers buf = cuda::moe_buffers_at(reinterpret_cast<void *>(uintptr_t(1) << 40), 5120, 2304, R);
+                auto plan = cuda::plan_moe_decode(dev, layer, buf, reinterpret_cast<const float *>(uintptr_t(1) << 12),
+                                                  reinterpret_cast<float *>(uintptr_t(1) << 13), routes, B, K);
+                ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+                const cuda::moe_decode_plan &p = plan.value();
+                const host_grouping h = group_on_host(ids, B, K);
+                const std::string what = "B " + std::to_string(B) + " pool " + std::to_string(pool) + (repeat_in_row ? " repeat" : "");
+                ASSERT_EQ(int(h.slot_route.size()), R) << what;
+                for (int s = 0; s < R; s++) {
+                    EXPECT_EQ(h.slot_route[size_t(s)], int(p.slot_weight[size_t(s)])) << what << " slot " << s;
+                    EXPECT_EQ(h.slot_route[size_t(s)] / K, p.slot_row[size_t(s)]) << what << " slot " << s;
+                }
+                EXPECT_EQ(int(h.job_expert.size()), p.experts_read) << what;
+                ASSERT_EQ(p.down.mats.size(), h.job_expert.size()) << what;
+                for (size_t u = 0; u < h.job_expert.size(); u++) {
+                    // plan_moe_decode's w2 matrices: one per selected expert, in increasing id, over its slot rows.
+                    const cuda::gemv_matrix &m = p.down.mats[u];
+                    EXPECT_EQ(m.w, layer.experts[size_t(h.job_expert[u])].w2) << what << " job " << u;
+                    EXPECT_EQ(m.x, buf.h + size_t(h.job_off[u]) * 2304) << what << " job " << u;
+                    EXPECT_EQ(m.M, h.job_rows[u]) << what << " job " << u;
+                    for (int j = 0; j < h.job_rows[u]; j++) {
+                        EXPECT_EQ(h.slot_job[size_t(h.job_off[u] + j)], int(u));
+                        EXPECT_EQ(h.slot_pos_in_job[size_t(h.job_off[u] + j)], j);
+                    }
+                }
+                for (int b = 0; b < B; b++) {
+                    const std::vector<int> want(p.row_slot.begin() + p.row_off[size_t(b)], p.row_slot.begin() + p.row_off[size_t(b) + 1]);
+                    EXPECT_EQ(h.row_slots[size_t(b)], want) << what << " row " << b;
+                }
+            }
+}
+
+// With dropped routes (-1): the kept routes' slots are a stable sort of them by expert, rows list
+// only their kept routes, in increasing slot.
+TEST(MoeRoutedGrouping, dropped_routes_take_no_slot) {
+    std::mt19937 rng(4);
+    for (int B : {1, 4, 16}) {
+        const int K = 6, R = B * K;
+        std::vector<int> ids(R);
+        for (auto &v : ids) v = rng() % 5 == 0 ? -1 : int(rng() % 24);
+        ids[0] = -1;
+        const host_grouping h = group_on_host(ids, B, K);
+        std::vector<int> kept;
+        for (int t = 0; t < R; t++)
+            if (ids[size_t(t)] >= 0) kept.push_back(t);
+        std::stable_sort(kept.begin(), kept.end(), [&](int a, int b) { return ids[size_t(a)] < ids[size_t(b)]; });
+        EXPECT_EQ(h.slot_route, kept) << "B " << B;
+        for (int b = 0; b < B; b++) {
+            std::vector<int> want;
+            for (int s = 0; s < int(kept.size()); s++)
+                if (kept[size_t(s)] / K == b) want.push_back(s);
+            EXPECT_EQ(h.row_slots[size_t(b)], want) << "B " << B << " row " << b;
+        }
+        std::vector<int> experts;
+        for (int t : kept) experts.push_back(ids[size_t(t)]);
+        experts.erase(std::unique(experts.begin(), experts.end()), experts.end());
+        EXPECT_EQ(h.job_expert, experts) << "B " << B;
     }
 }
 

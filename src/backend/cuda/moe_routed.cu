@@ -15,7 +15,8 @@
 // are ranked by (expert, row, k), exactly the order of plan_moe_decode's stable sort, into R_v
 // slots (dropped and not-held routes get none); each selected expert u (in increasing id) gets
 // a job (expert, first slot, rows) and each token row its slot list in increasing slot, which is
-// increasing expert id. Ranks by counting (R <= 128, so each thread scans the routes once).
+// increasing expert id. Ranks by counting (moe_grouping.h; R <= 128, so each thread scans the
+// routes twice).
 //
 // The GEMVs: the work-item bodies of gemv.cu / nvfp4_gemv.cu (gemv_kernel.cuh,
 // nvfp4_gemv_kernel.cuh), fed a job built from the device job table instead of kernel parameters.
@@ -50,6 +51,7 @@
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/gemv_kernel.cuh"
+#include "backend/cuda/moe_grouping.h"
 #include "backend/cuda/moe_numerics.cuh"
 #include "backend/cuda/nvfp4_gemv.cuh"
 #include "backend/cuda/nvfp4_gemv_kernel.cuh"
@@ -136,41 +138,29 @@ __global__ void __launch_bounds__(GROUP_THREADS) moe_routed_group_kernel(const _
     }
     se[t] = e;
     __syncthreads();
-    int rank = 0, off = 0, rows = 0;
-    bool first = true;
+    route_group g;
     if (e >= 0) {
-        for (int r = 0; r < R; r++) {
-            const int f = se[r];
-            if (f < 0) continue;
-            rank += f < e || (f == e && r < t);
-            off += f < e;
-            if (f == e) {
-                rows++;
-                first &= !(r < t);
-            }
-        }
+        g = group_route(se, R, t);
         atomicAdd(&s_slots, 1);
-        if (first) {
+        if (g.first) {
             atomicAdd(&s_u, 1);
-            atomicMax(&s_max_rows, rows);
-            if (rows > p.max_rows) atomicExch(&s_over, e);
+            atomicMax(&s_max_rows, g.rows);
+            if (g.rows > p.max_rows) atomicExch(&s_over, e);
         }
     }
-    sfirst[t] = e >= 0 && first;
-    srank[t] = rank;
+    sfirst[t] = e >= 0 && g.first;
+    srank[t] = g.rank;
     __syncthreads();
     const bool over = s_over >= 0;
     if (e >= 0 && !over) {
-        int u = 0, pos = 0;
+        const route_place pl = place_route(se, sfirst, srank, R, p.K, t);
         const int b = t / p.K;
-        for (int r = 0; r < R; r++) u += sfirst[r] && se[r] < e;
-        for (int r = b * p.K; r < (b + 1) * p.K; r++) pos += se[r] >= 0 && srank[r] < rank;
-        p.r.slot_row[rank] = b;
-        p.r.slot_weight[rank] = p.weights[t];
-        p.r.slot_u[rank] = u;
-        p.r.slot_m[rank] = rank - off;
-        p.r.row_slot[b * p.K + pos] = rank;
-        if (first) p.r.job_expert[u] = e, p.r.job_off[u] = off, p.r.job_m[u] = rows;
+        p.r.slot_row[g.rank] = b;
+        p.r.slot_weight[g.rank] = p.weights[t];
+        p.r.slot_u[g.rank] = pl.job;
+        p.r.slot_m[g.rank] = g.rank - g.off;
+        p.r.row_slot[b * p.K + pl.pos] = g.rank;
+        if (g.first) p.r.job_expert[pl.job] = e, p.r.job_off[pl.job] = g.off, p.r.job_m[pl.job] = g.rows;
     }
     if (t < p.B) {
         int n = 0;
