@@ -5,8 +5,8 @@
 //  - MXFP4 reference numerics: relative error per row <= 1e-5;
 //  - MXFP4 official numerics: per row <= 5e-3 and >= 90% of elements bit-equal to the CPU;
 //  - NVFP4 W4A4: every row <= 2e-2, the median row <= 1e-3.
-// Shapes: V4.1 (D 5120, I 2304, 384 experts of which 8 are held and the rest null, K 6) and the
-// V4.1 fixture (D 64, I 32, 8 experts all held, K 2, where B = 16 puts more than 8 rows on an
+// Shapes: V4.1 (D 5120, I 2304, 384 experts of which 8 are held and the rest null, K 6), V4
+// (D 4096, I 2048, 256 experts, 6 held, official activation blocks of 128) and the V4.1 fixture (D 64, I 32, 8 experts all held, K 2, where B = 16 puts more than 8 rows on an
 // expert: the GEMVs' second token tile), B = 1, 4, 16, both numerics, MXFP4 and NVFP4, the route
 // weight before and after w2, the clamps 10 and 2. Routes as the router makes them (K distinct
 // experts per row, positive weights) with an expert repeated across rows and, for B > 1, one -1
@@ -396,6 +396,17 @@ TEST_F(MoeRouted, fixture_shapes_match_moe_decode_and_cpu) {
             check_case(*g_small, false, 0, B, 2, 2.0f, after, uint32_t(B * 7 + after));
             check_case(*g_small, false, 32, B, 2, 2.0f, after, uint32_t(B * 7 + after + 100));
             check_case(*g_small_nvfp4, true, 0, B, 2, 2.0f, after, uint32_t(B * 7 + after + 200));
+        }
+}
+
+// V4 Flash's routed experts (256, MXFP4 w1 / w3 [2048, 4096], w2 [4096, 2048]; official
+// activation blocks of 128), six held, B = 4 and 16, the weight before and after w2.
+TEST_F(MoeRouted, v4_shapes_activation_block_128) {
+    std::unique_ptr<layer_set> v4(make_mxfp4(4096, 2048, 256, 6, 400));
+    for (int B : {4, 16})
+        for (bool after : {false, true}) {
+            check_case(*v4, false, 128, B, 6, 10.0f, after, uint32_t(500 + B + after));
+            check_case(*v4, false, 0, B, 6, 10.0f, after, uint32_t(600 + B + after));
         }
 }
 

@@ -107,7 +107,7 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 
-// x for the tensor cores, one row of M per blockIdx.y slot.
+// x for the tensor cores (split_x_rows; gemv.cu runs one job per blockIdx.y).
 //  reference: for each 4 consecutive k, one 16-byte word {hi(k, k+1), hi(k+2, k+3), lo(k, k+1),
 //    lo(k+2, k+3)}: word r of a row holds k = 4r = (k block r / 8, lane slot (r % 8) / 2, half
 //    r % 2), exactly the 4 k a thread feeds one m16n8k16, so B fragments are one 16-byte load.
