@@ -45,7 +45,10 @@
 #include "backend/cuda/moe_routed.cuh"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cuda/cuda_status.h"
@@ -314,8 +317,29 @@ void allow_smem(F *kernel) {
 }
 
 // The K slicing plan_gemv / plan_nvfp4_gemv pick for U experts of this layer whose largest group
-// has `rows` rows: asked of them with stand-in pointers (they read no memory).
+// has `rows` rows: asked of them with stand-in pointers (they read no memory). Remembered per
+// shape, so the plans of every layer and row bucket (43 x 16 for V4.1) ask once: a plan for
+// B = 16 asks 2 x 2 x 96 times, each plan_gemv check quadratic in its matrix count.
+Result<int> ksplit_uncached(const device_info &dev, const moe_layer &layer, bool nvfp4, bool down, int U, int rows);
+
 Result<int> ksplit_for(const device_info &dev, const moe_layer &layer, bool nvfp4, bool down, int U, int rows) {
+    using key = std::tuple<int, int, int, int, int, bool, bool, int, int>;
+    static std::mutex mu;
+    static std::map<key, int> seen;
+    const key k{dev.device, dev.sm_count, layer.D, layer.I, nvfp4 ? 0 : layer.act_block, nvfp4, down, U, rows};
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        auto it = seen.find(k);
+        if (it != seen.end()) return it->second;
+    }
+    auto ks = ksplit_uncached(dev, layer, nvfp4, down, U, rows);
+    if (!ks) return ks.status();
+    std::lock_guard<std::mutex> lock(mu);
+    seen[k] = ks.value();
+    return ks.value();
+}
+
+Result<int> ksplit_uncached(const device_info &dev, const moe_layer &layer, bool nvfp4, bool down, int U, int rows) {
     const int N = down ? layer.D : layer.I, K = down ? layer.I : layer.D;
     const auto *fake = reinterpret_cast<const uint8_t *>(uintptr_t(256));
     const auto *fake_x = reinterpret_cast<const float *>(uintptr_t(256));
