@@ -468,6 +468,14 @@ TEST_F(MoeRouted, rejects_bad_shapes) {
     cuda::moe_layer empty;
     empty.D = 64, empty.I = 32;
     EXPECT_EQ(cuda::plan_moe_routed(dev_, empty, 1, 2).status().code(), status_code::INVALID_ARGUMENT);
+    cuda::moe_layer misaligned = g_small->layer;
+    misaligned.experts[2].w3 += 8;
+    auto bad = cuda::plan_moe_routed(dev_, misaligned, 1, 2);
+    EXPECT_EQ(bad.status().code(), status_code::INVALID_ARGUMENT);
+    EXPECT_NE(bad.status().to_string().find("expert 2:"), std::string::npos) << bad.status().to_string();
+    cuda::moe_layer scalar = g_small_nvfp4->layer;
+    scalar.nvfp4_experts[5].w2_input_scale = 0;
+    EXPECT_EQ(cuda::plan_moe_routed(dev_, scalar, 1, 2).status().code(), status_code::INVALID_ARGUMENT);
 }
 
 // run_moe_routed captured once into a CUDA graph; new routes (and x) written into the same device

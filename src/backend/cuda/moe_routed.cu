@@ -45,6 +45,7 @@
 #include "backend/cuda/moe_routed.cuh"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <string>
@@ -439,17 +440,32 @@ Result<moe_routed_plan> plan_moe_routed(const device_info &dev, const moe_layer 
     plan.off_partials_down = take(partials_down * 4);
     plan.workspace_bytes = off;
 
-    // The expert table, by id; an expert not held keeps null pointers.
+    // The expert table, by id; an expert not held keeps null pointers. Held experts are checked
+    // as plan_gemv / plan_nvfp4_gemv check their matrices (the kernels' 16-byte weight loads).
+    auto aligned = [](const void *q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; };
+    auto finite_pos = [](float v) { return std::isfinite(v) && v > 0; };
     std::vector<moe_routed_expert> table(size_t(E), moe_routed_expert{});
     for (int e = 0; e < E; e++) {
         moe_routed_expert &t = table[size_t(e)];
+        const std::string what = "moe routed: expert " + std::to_string(e);
         if (nvfp4) {
             const moe_nvfp4_expert &w = layer.nvfp4_experts[size_t(e)];
+            if (w.w1 && w.w2 && w.w3) {
+                if (!w.w1_scale || !w.w2_scale || !w.w3_scale || !aligned(w.w1, 16) || !aligned(w.w2, 16) || !aligned(w.w3, 16) ||
+                    !aligned(w.w1_scale, 2) || !aligned(w.w2_scale, 2) || !aligned(w.w3_scale, 2))
+                    return Status::invalid_argument(what + ": weights must be 16-byte aligned, scales set and 2-byte aligned");
+                if (!finite_pos(w.w13_weight_scale_2) || !finite_pos(w.w13_input_scale) || !finite_pos(w.w2_weight_scale_2) ||
+                    !finite_pos(w.w2_input_scale))
+                    return Status::invalid_argument(what + ": weight_scale_2 and input_scale must be positive and finite");
+            }
             t.w1 = w.w1, t.w1_scale = w.w1_scale, t.w3 = w.w3, t.w3_scale = w.w3_scale, t.w2 = w.w2, t.w2_scale = w.w2_scale;
             t.w13_weight_scale_2 = w.w13_weight_scale_2, t.w13_input_scale = w.w13_input_scale;
             t.w2_weight_scale_2 = w.w2_weight_scale_2, t.w2_input_scale = w.w2_input_scale;
         } else {
             const moe_expert &w = layer.experts[size_t(e)];
+            if (w.w1 && w.w2 && w.w3 &&
+                (!w.w1_scale || !w.w2_scale || !w.w3_scale || !aligned(w.w1, 16) || !aligned(w.w2, 16) || !aligned(w.w3, 16)))
+                return Status::invalid_argument(what + ": weights must be 16-byte aligned and their scales set");
             t.w1 = w.w1, t.w1_scale = w.w1_scale, t.w3 = w.w3, t.w3_scale = w.w3_scale, t.w2 = w.w2, t.w2_scale = w.w2_scale;
         }
     }

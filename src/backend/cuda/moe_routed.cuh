@@ -65,7 +65,9 @@ struct moe_routed_plan {
 // Uploads the expert table (synchronously: call at load, not inside a step). table_memory:
 // null (the plan allocates it) or device memory of moe_routed_table_bytes(E) that outlives the
 // plan. NOT_SUPPORTED for shapes outside B <= 16, B * K <= 128, D and I multiples of 32,
-// act_block 0 / 32 / 128 dividing D and I; INVALID_ARGUMENT for an empty expert table.
+// act_block 0 / 32 / 128 dividing D and I; INVALID_ARGUMENT for an empty expert table, or a
+// held expert (w1, w2, w3 all set) with a missing scale, weights not 16-byte aligned, or (NVFP4)
+// a scalar that is not positive and finite.
 Result<moe_routed_plan> plan_moe_routed(const device_info &dev, const moe_layer &layer, int B, int K,
                                         void *table_memory = nullptr);
 
