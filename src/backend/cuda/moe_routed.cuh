@@ -74,7 +74,10 @@ Result<moe_routed_plan> plan_moe_routed(const device_info &dev, const moe_layer 
 // x [B, D] fp32 (16-byte aligned), ids [B, K] int32, weights [B, K] fp32, out [B, D] (must not
 // alias x): all device memory. workspace: plan.workspace_bytes of device memory, zeroed once
 // when allocated (the GEMVs leave their split-K counters at zero; any plan's run leaves them at
-// zero, but its layout is its own: zero again before a run of another plan). Only fixed-shape
+// zero, but its layout is its own: zero again before a run of a plan with another layout). Plans
+// with equal D, I, E, B, K, format and act_block have equal layouts (workspace_bytes and the
+// offsets), so the layers of a model can share one workspace, and its error word, per B on one
+// stream. Only fixed-shape
 // kernel launches on `stream`: capturable into a CUDA graph; ids, weights and x may change
 // between replays.
 Status run_moe_routed(const moe_routed_plan &plan, const float *x, const int32_t *ids, const float *weights,
