@@ -48,17 +48,18 @@
 // official numerics: see the test for the bound and why).
 #include "backend/cuda/moe_decode.cuh"
 
-#include <cuda_bf16.h>
-
 #include <algorithm>
 #include <numeric>
 #include <string>
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/moe_numerics.cuh"
 
 namespace ds41rt::backend::cuda {
 
 namespace {
+
+using namespace moe_detail;
 
 struct routing_params {
     int B, R, D, I;
@@ -67,8 +68,6 @@ struct routing_params {
     int row_off[MOE_MAX_ROWS + 1];
     int row_slot[MOE_MAX_ROUTES];
 };
-
-__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
 // xg[s] = x[slot_row[s]]: the rows of each expert side by side for its GEMV matrix.
 __global__ void moe_decode_gather_kernel(const __grid_constant__ routing_params p,
@@ -80,10 +79,6 @@ __global__ void moe_decode_gather_kernel(const __grid_constant__ routing_params 
     for (int i = threadIdx.x; i < p.D / 4; i += blockDim.x) dst[i] = src[i];
 }
 
-// Rounding points: REFERENCE none; OFFICIAL bf16 gate / up and h; NVFP4 (backend/cpu
-// nvfp4_w4a4_swiglu) bf16 gate / up, bf16 silu and bf16 h.
-enum numerics_mode { REFERENCE = 0, OFFICIAL = 1, NVFP4 = 2 };
-
 template <int MODE>
 __global__ void moe_decode_swiglu_kernel(const __grid_constant__ routing_params p,
                                          const float *__restrict__ gate,  // [R, I] w1 x, fp32
@@ -92,17 +87,7 @@ __global__ void moe_decode_swiglu_kernel(const __grid_constant__ routing_params 
                                          float limit, bool weight_before) {
     const size_t n = size_t(p.R) * p.I;
     for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-        float g = gate[i], u = up[i];
-        if (MODE != REFERENCE) g = round_bf16(g), u = round_bf16(u);
-        if (limit > 0) {
-            u = fminf(fmaxf(u, -limit), limit);
-            g = fminf(g, limit);
-        }
-        float sg = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-        if (MODE == NVFP4) sg = round_bf16(sg);
-        float v = __fmul_rn(sg, u);
-        if (weight_before) v = __fmul_rn(p.slot_weight[i / size_t(p.I)], v);
-        h[i] = MODE != REFERENCE ? round_bf16(v) : v;
+        h[i] = swiglu_h<MODE>(gate[i], up[i], limit, weight_before, weight_before ? p.slot_weight[i / size_t(p.I)] : 0.0f);
     }
 }
 
@@ -116,10 +101,7 @@ __global__ void moe_decode_combine_kernel(const __grid_constant__ routing_params
     float acc = 0.0f;
     for (int j = p.row_off[b]; j < p.row_off[b + 1]; j++) {
         const int s = p.row_slot[j];
-        float v = ye[size_t(s) * p.D + d];
-        if (OFFICIAL) v = round_bf16(v);
-        if (weight_after) v = __fmul_rn(v, p.slot_weight[s]);
-        acc = __fadd_rn(acc, v);
+        acc = __fadd_rn(acc, combine_term<OFFICIAL>(ye[size_t(s) * p.D + d], weight_after, p.slot_weight[s]));
     }
     out[size_t(b) * p.D + d] = acc;
 }

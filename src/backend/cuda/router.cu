@@ -1,5 +1,6 @@
-// V4.1 routing from gate logits: sqrt-softplus scores, top-k of the biased scores with
-// lower-index ties, normalized and scaled weights (engine v41_model.cpp moe(), spec 4.10).
+// V4.1 / V4 routing from gate logits: sqrt-softplus scores, top-k of the biased scores with
+// lower-index ties (or V4's hash table picks), normalized and scaled weights (engine
+// v41_model.cpp moe(), v4_steps.cpp route(), spec 4.10).
 //
 // Shapes: logits [S, E] fp32, bias [E], ids [S, k] int32, weights [S, k] fp32.
 // Cost at V4.1 decode (S 16, E 384, k 6): reads 24.6 KB + 1.5 KB, writes 768 B; 2 fp64
@@ -12,7 +13,8 @@
 // measured on glibc 2.36), so a score can differ from the host's by an ulp and a weight by a
 // few. Selection order among equal biased scores: lower id (torch's order for the host's
 // top_indices is not reproducible; equal fp32 scores do not occur with real logits).
-// One warp per token, its E scores in shared memory; k rounds of a warp argmax.
+// One warp per token, its E scores in shared memory; k rounds of a warp argmax. Hash routing:
+// one thread per token, k logits read (S x k x 4 bytes: launch-bound).
 // Graph-replayable: yes. Test: tests/cuda/router_test.cpp, ids equal, weights within 4 ulp.
 #include "backend/cuda/router.cuh"
 
@@ -27,6 +29,13 @@ namespace {
 constexpr int WARPS = 4;
 constexpr int MAX_E = 1024, MAX_K = 32;
 
+// sqrt(softplus(logit / gate_temp)) with torch's threshold 20; exp and log1p in fp64.
+__device__ __forceinline__ float gate_score(float logit, float gate_temp) {
+    const float v = __fdiv_rn(logit, gate_temp);
+    const float sp = v > 20.0f ? v : float(log1p(double(float(exp(double(v))))));
+    return __fsqrt_rn(sp);
+}
+
 __device__ __forceinline__ bool better(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
 
 __global__ void route_kernel(const float *logits, const float *bias, int64_t S, router_params p, int32_t *ids,
@@ -37,9 +46,7 @@ __global__ void route_kernel(const float *logits, const float *bias, int64_t S, 
     if (s >= S) return;
     float *score = smem + size_t(warp) * 2 * E, *biased = score + E;
     for (int e = lane; e < E; e += 32) {
-        const float v = __fdiv_rn(logits[s * E + e], p.gate_temp);
-        const float sp = v > 20.0f ? v : float(log1p(double(float(exp(double(v))))));
-        score[e] = __fsqrt_rn(sp);
+        score[e] = gate_score(logits[s * E + e], p.gate_temp);
         biased[e] = __fadd_rn(score[e], bias[e]);
     }
     __syncwarp();
@@ -71,7 +78,7 @@ __global__ void route_kernel(const float *logits, const float *bias, int64_t S, 
     }
     if (lane != 0) return;
     const bool norm = p.norm_topk_prob && p.k > 1;
-    const float den = __fadd_rn(sum, 1e-20f);
+    const float den = p.eps ? __fadd_rn(sum, 1e-20f) : sum;
     for (int r = 0; r < p.k; r++) {
         const int e = pick[r];
         float w = 0.0f;
@@ -85,20 +92,69 @@ __global__ void route_kernel(const float *logits, const float *bias, int64_t S, 
     }
 }
 
+__global__ void route_hash_kernel(const float *logits, const int32_t *tid2eid, int64_t vocab, const int32_t *tokens,
+                                  int64_t S, router_params p, int32_t *ids, float *weights) {
+    const int64_t s = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (s >= S) return;
+    const int E = p.n_experts;
+    const int32_t tok = tokens[s];
+    const bool tok_ok = tok >= 0 && tok < vocab;
+    int pick[MAX_K];
+    float score[MAX_K];
+    float sum = 0.0f;
+    for (int r = 0; r < p.k; r++) {
+        const int e = tok_ok ? tid2eid[int64_t(tok) * p.k + r] : -1;
+        pick[r] = e >= 0 && e < E ? e : -1;
+        score[r] = pick[r] >= 0 ? gate_score(logits[s * E + pick[r]], p.gate_temp) : 0.0f;
+        if (pick[r] >= 0) sum = __fadd_rn(sum, score[r]);  // table order, as the host sums
+    }
+    const bool norm = p.norm_topk_prob && p.k > 1;
+    const float den = p.eps ? __fadd_rn(sum, 1e-20f) : sum;
+    for (int r = 0; r < p.k; r++) {
+        float w = 0.0f;
+        if (pick[r] >= 0) {
+            w = score[r];
+            if (norm) w = __fdiv_rn(w, den);
+            w = __fmul_rn(w, p.route_scale);
+        }
+        ids[s * p.k + r] = pick[r];
+        weights[s * p.k + r] = w;
+    }
+}
+
+Status check_params(const char *what, int64_t S, const router_params &p) {
+    if (S < 0 || p.n_experts < 1 || p.n_experts > MAX_E || p.k < 1 || p.k > MAX_K || p.k > p.n_experts ||
+        !(p.gate_temp > 0))
+        return Status::invalid_argument(std::string(what) + ": S " + std::to_string(S) + ", n_experts " +
+                                        std::to_string(p.n_experts) + " (1.." + std::to_string(MAX_E) + "), k " +
+                                        std::to_string(p.k) + " (1.." + std::to_string(MAX_K) + ", <= n_experts), gate_temp " +
+                                        std::to_string(p.gate_temp) + " (> 0)");
+    return Status::ok();
+}
+
 }  // namespace
 
 Status route_topk(const float *logits, const float *bias, int64_t S, const router_params &p, int32_t *ids,
                   float *weights, cudaStream_t stream) {
-    if (S < 0 || p.n_experts < 1 || p.n_experts > MAX_E || p.k < 1 || p.k > MAX_K || p.k > p.n_experts ||
-        !(p.gate_temp > 0))
-        return Status::invalid_argument("route_topk: S " + std::to_string(S) + ", n_experts " +
-                                        std::to_string(p.n_experts) + " (1.." + std::to_string(MAX_E) + "), k " +
-                                        std::to_string(p.k) + " (1.." + std::to_string(MAX_K) + ", <= n_experts), gate_temp " +
-                                        std::to_string(p.gate_temp) + " (> 0)");
+    DS41RT_RETURN_IF_ERROR(check_params("route_topk", S, p));
     if (S == 0) return Status::ok();
     if (!logits || !bias || !ids || !weights) return Status::invalid_argument("route_topk: null logits, bias, ids or weights");
     const size_t smem = size_t(WARPS) * 2 * size_t(p.n_experts) * sizeof(float);  // <= 32 KB
     route_kernel<<<unsigned((S + WARPS - 1) / WARPS), WARPS * 32, smem, stream>>>(logits, bias, S, p, ids, weights);
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return Status::ok();
+}
+
+Status route_hash(const float *logits, const int32_t *tid2eid, int64_t vocab, const int32_t *tokens, int64_t S,
+                  const router_params &p, int32_t *ids, float *weights, cudaStream_t stream) {
+    DS41RT_RETURN_IF_ERROR(check_params("route_hash", S, p));
+    if (vocab < 1) return Status::invalid_argument("route_hash: vocab " + std::to_string(vocab) + " (>= 1)");
+    if (S == 0) return Status::ok();
+    if (!logits || !tid2eid || !tokens || !ids || !weights)
+        return Status::invalid_argument("route_hash: null logits, tid2eid, tokens, ids or weights");
+    constexpr int THREADS = 128;
+    route_hash_kernel<<<unsigned((S + THREADS - 1) / THREADS), THREADS, 0, stream>>>(logits, tid2eid, vocab, tokens, S, p,
+                                                                                       ids, weights);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }

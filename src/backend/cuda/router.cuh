@@ -1,6 +1,7 @@
-// V4.1 MoE routing on the GPU (spec 4.10; engine v41_model.cpp moe()): from the gate logits to
-// the selected experts and their weights, so the routed-expert launch can read them on the
-// device. The gate matmul itself is a projection (gemv); this starts from its output.
+// V4.1 and V4 MoE routing on the GPU (spec 4.10; engine v41_model.cpp moe(), v4_steps.cpp
+// route()): from the gate logits to the selected experts and their weights, so the routed-expert
+// launch (moe_routed) can read them on the device. The gate matmul itself is a projection (gemv);
+// this starts from its output.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,6 +18,9 @@ struct router_params {
     bool norm_topk_prob = true;
     int n_experts = 0;  // E, 1..1024
     int k = 0;          // experts per token, 1..32, <= E
+    // The normalization's denominator is sum + 1e-20 (V4.1; V4 in reference numerics) or the
+    // bare sum (V4 OFFICIAL, as DeepSeek's inference code divides).
+    bool eps = true;
 };
 
 // score = sqrt(softplus(logit / gate_temp)) (torch's threshold 20), picks = the k largest of
@@ -28,5 +32,13 @@ struct router_params {
 // Graph-replayable: yes (no workspace).
 Status route_topk(const float *logits, const float *bias, int64_t S, const router_params &p, int32_t *ids,
                   float *weights, cudaStream_t stream);
+
+// V4 hash layers: the picks are tid2eid[token] (the table's k ids in table order), weighted by
+// the learned gate's scores as route_topk weights its picks (same score, same normalization over
+// the picks, in table order). logits: [S, E] fp32; tid2eid: [vocab, k] int32; tokens: [S] int32;
+// all device memory. A token outside [0, vocab) or a table id outside [0, E) yields id -1,
+// weight 0 for that pick (and the pick leaves the sum). Graph-replayable: yes.
+Status route_hash(const float *logits, const int32_t *tid2eid, int64_t vocab, const int32_t *tokens, int64_t S,
+                  const router_params &p, int32_t *ids, float *weights, cudaStream_t stream);
 
 }  // namespace ds41rt::backend::cuda

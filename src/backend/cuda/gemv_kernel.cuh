@@ -1,0 +1,457 @@
+// The decode GEMV's work-item body and activation split (gemv.cu says what they compute and
+// why): shared by gemv.cu, whose kernels take their jobs as kernel parameters, and moe_routed.cu,
+// whose kernels read them from device memory. One body, so both give the same bits for the same
+// job and K slicing. Internal to backend/cuda: include only from .cu files.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "backend/cuda/numerics.cuh"
+
+namespace ds41rt::backend::cuda::gemv_detail {
+
+constexpr int WARPS = 4;      // warps per block; each runs its own work item
+constexpr int MAX_JOBS = 24;  // matrices per launch (kernel parameter space)
+constexpr int MIN_KB = 8;     // smallest K slice, in 32-k blocks
+#ifndef DS41RT_GEMV_STAGES
+#define DS41RT_GEMV_STAGES 3
+#endif
+#ifndef DS41RT_GEMV_CHUNK
+#define DS41RT_GEMV_CHUNK 128
+#endif
+constexpr int STAGES = DS41RT_GEMV_STAGES;  // per-warp ring of weight tiles in flight (cp.async)
+constexpr int CHUNK = DS41RT_GEMV_CHUNK;    // bytes of each of the 16 rows per stage (128 or 256)
+// Shared-memory row pitch per format, chosen so the fragment reads are free of bank conflicts:
+// FP8 reads 8 bytes at 8q per row (pitch = 8 words mod 32: rows of a half-warp land 8 words
+// apart), MXFP4 reads 4 bytes at 4q (pitch = 4 words mod 32: rows land 4 words apart).
+constexpr int PITCH_FP8 = CHUNK + 32, PITCH_FP4 = CHUNK + 16;
+constexpr int LANES_PER_ROW = CHUNK / 16, ROWS_PER_COPY = 32 / LANES_PER_ROW, COPIES = 16 / ROWS_PER_COPY;
+constexpr int STAGE_BYTES = 16 * PITCH_FP8;
+// MXFP4 stages also carry their rows' E8M0 scales (16 rows x CHUNK / 16 k blocks) after the codes.
+constexpr int FP4_SCALE_OFF = 16 * PITCH_FP4, FP4_SCALES = CHUNK / 16;
+static_assert(FP4_SCALE_OFF + 16 * FP4_SCALES <= STAGE_BYTES, "MXFP4 scales must fit in the stage");
+constexpr int SMEM_BYTES = WARPS * STAGES * STAGE_BYTES;
+constexpr int SX_TOKENS = 16;  // official mode: per-token activation scales, [act block][16]
+
+struct job {
+    const uint8_t *w, *scale;
+    const void *xs;     // x as split_x_kernel left it
+    const float *sx;    // official mode: activation scales [K / act_block][SX_TOKENS]
+    float *y, *partials;
+    unsigned *counters;
+    int N, K, M;
+    int scols, sshift;  // FP8: scale columns, log2(block_in / 32); official: log2(act_block / 32)
+    int row_block_shift; // FP8: log2(block_out / 16)
+    int ksplit, kb_per_split, item_begin;
+};
+
+struct batch {
+    job jobs[MAX_JOBS];
+    int njobs, items;
+};
+
+
+__device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *reinterpret_cast<uint32_t *>(&h); }
+
+// Two E4M3 bytes (low byte = lower k) as an fp16 pair, exactly.
+__device__ __forceinline__ uint32_t fp8x2_to_h2(uint32_t two) {
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two & 0xffffu), __NV_E4M3);
+    return uint32_t(h.x) | (uint32_t(h.y) << 16);
+}
+
+// Byte b (= codes 2b, 2b+1 of a 4-byte word w) as an fp16 pair equal to value * 2^-14: the sign
+// goes to bit 15 and the 3 magnitude bits to bits 11..9, which lands e = 0 on fp16 subnormals
+// (m * 0.5 * 2^-14) and e > 0 on normals, both exact.
+template <int B>
+__device__ __forceinline__ uint32_t e2m1_byte_to_h2(uint32_t w) {
+    const uint32_t b = (w >> (8 * B)) & 0xffu;
+    return ((b & 0x8u) << 12) | ((b & 0x7u) << 9) | ((b & 0x80u) << 24) | ((b & 0x70u) << 21);
+}
+
+// Eight E2M1 codes (nibble j = code j) as eight E4M3 bytes equal to value * 2^-6, in code order
+// (lo: codes 0-3, hi: codes 4-7). Magnitude bits (e1 e0 m) move to E4M3 bits 4..2 and the sign to
+// bit 7: e = 0 lands on E4M3 subnormals (m / 2 * 2^-6), e > 0 on normals ((1 + m/2) 2^(e-7)).
+__device__ __forceinline__ void e2m1x8_to_e4m3(uint32_t w, uint32_t &lo, uint32_t &hi) {
+    const uint32_t even = ((w << 2) & 0x1c1c1c1cu) | ((w << 4) & 0x80808080u);  // codes 0, 2, 4, 6
+    const uint32_t odd = ((w >> 2) & 0x1c1c1c1cu) | (w & 0x80808080u);         // codes 1, 3, 5, 7
+    lo = __byte_perm(even, odd, 0x5140);
+    hi = __byte_perm(even, odd, 0x7362);
+}
+
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 16 bytes global -> shared without registers; src_bytes = 0 writes zeros (rows past N, k past
+// the slice). Weights are read once per token: .cg keeps them out of L1.
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
+    const unsigned d = unsigned(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes));
+}
+// 4 bytes global -> shared (the MXFP4 scale rows).
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_bytes) {
+    const unsigned d = unsigned(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+// x for the tensor cores (split_x_rows; gemv.cu runs one job per blockIdx.y).
+//  reference: for each 4 consecutive k, one 16-byte word {hi(k, k+1), hi(k+2, k+3), lo(k, k+1),
+//    lo(k+2, k+3)}: word r of a row holds k = 4r = (k block r / 8, lane slot (r % 8) / 2, half
+//    r % 2), exactly the 4 k a thread feeds one m16n8k16, so B fragments are one 16-byte load.
+//  official: E4M3 bytes in natural order (a thread's 8 bytes at 8q are its m16n8k32 B fragment)
+//    and the scales transposed to [act block][SX_TOKENS], so a thread's two tokens are adjacent.
+struct split_job {
+    const float *x;
+    void *xs;
+    float *sx;
+    int M, K, act_block;
+};
+struct split_batch {
+    split_job jobs[MAX_JOBS];
+    int njobs;
+};
+
+// Thread tid of nthreads (nthreads a multiple of 32) splits its share of J.
+__device__ __forceinline__ void split_x_rows(const split_job &J, int tid, int nthreads) {
+    if (J.act_block == 0) {
+        const int words = J.M * J.K / 4;
+        uint4 *xs = static_cast<uint4 *>(J.xs);
+        for (int r = tid; r < words; r += nthreads) {
+            const float4 v = reinterpret_cast<const float4 *>(J.x)[r];
+            const __half2 h01 = __floats2half2_rn(v.x, v.y), h23 = __floats2half2_rn(v.z, v.w);
+            const __half2 l01 = __floats2half2_rn(v.x - __low2float(h01), v.y - __high2float(h01));
+            const __half2 l23 = __floats2half2_rn(v.z - __low2float(h23), v.w - __high2float(h23));
+            xs[r] = make_uint4(h2_bits(h01), h2_bits(h23), h2_bits(l01), h2_bits(l23));
+        }
+        return;
+    }
+    // Official: one warp per (row, act block); lanes stride the block.
+    const int lane = tid & 31;
+    const int blocks = J.K / J.act_block, total = J.M * blocks;
+    uint8_t *xq = static_cast<uint8_t *>(J.xs);
+    for (int i = (tid) >> 5; i < total; i += (nthreads) >> 5) {
+        const int m = i / blocks, blk = i % blocks;
+        const float *p = J.x + size_t(m) * J.K + size_t(blk) * J.act_block;
+        float amax = 0.0f;
+        for (int k = lane; k < J.act_block; k += 32) amax = fmaxf(amax, fabsf(p[k]));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        // The CPU's fake_quant_fp8_ue8m0: s = pow2_ceil(max(amax, 1e-4) / 448), q = e4m3(clamp(x / s)).
+        const float s = dev::pow2_ceil(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
+        const float inv = __int_as_float((254 - int(dev::e8m0_code(s))) << 23);  // 1 / s, exact
+        for (int k = lane; k < J.act_block; k += 32) {
+            const float v = fminf(fmaxf(p[k] * inv, -448.0f), 448.0f);
+            xq[size_t(m) * J.K + size_t(blk) * J.act_block + k] = dev::e4m3_code(v);
+        }
+        if (lane == 0) J.sx[blk * SX_TOKENS + m] = s;
+    }
+}
+
+// One 32-k block of a 16-row tile into acc. la / lb: this thread's weight bytes of rows ra / rb
+// (FP8: 8 bytes at 8q; MXFP4: 4 bytes at 4q, in .x). sa / sb: the rows' weight scales.
+// Official mode's per-k-block operands besides the weights, loaded ahead of the weight wait.
+template <int NT>
+struct x8_operands {
+    uint2 x[NT];    // this thread's 8 E4M3 bytes of token nt * 8 + g
+    float2 sx[NT];  // activation scales of tokens nt * 8 + 2q, 2q + 1
+};
+
+template <int NT>
+__device__ __forceinline__ x8_operands<NT> load_x8(const uint2 *xrow, const float *sxrow, int xstride, int M, int g, int q) {
+    x8_operands<NT> o;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        const int m = nt * 8 + g;
+        o.x[nt] = m < M ? __ldg(xrow + size_t(m) * xstride) : make_uint2(0, 0);
+        o.sx[nt] = __ldg(reinterpret_cast<const float2 *>(sxrow + nt * 8 + 2 * q));
+    }
+    return o;
+}
+
+template <bool FP4, int NT>
+__device__ __forceinline__ void kblock_x8(uint2 la, uint2 lb, float sa, float sb, const x8_operands<NT> &o,
+                                          float (&acc)[NT][4]) {
+    uint32_t a[4];
+    if constexpr (FP4) {
+        e2m1x8_to_e4m3(la.x, a[0], a[2]);
+        e2m1x8_to_e4m3(lb.x, a[1], a[3]);
+    } else {
+        a[0] = la.x, a[2] = la.y, a[1] = lb.x, a[3] = lb.y;
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        float d[4] = {};
+        mma_e4m3(d, a, o.x[nt].x, o.x[nt].y);
+        acc[nt][0] += d[0] * (sa * o.sx[nt].x), acc[nt][1] += d[1] * (sa * o.sx[nt].y);
+        acc[nt][2] += d[2] * (sb * o.sx[nt].x), acc[nt][3] += d[3] * (sb * o.sx[nt].y);
+    }
+}
+
+template <bool FP4, bool X8, int NT>
+__device__ __forceinline__ void kblock(uint2 la, uint2 lb, float sa, float sb, const void *xrow, const float *sxrow,
+                                       int xstride, int M, int g, int q, float (&acc)[NT][4]) {
+    float d[NT][4] = {};
+    if constexpr (X8) {
+        uint32_t a[4];
+        if constexpr (FP4) {
+            e2m1x8_to_e4m3(la.x, a[0], a[2]);
+            e2m1x8_to_e4m3(lb.x, a[1], a[3]);
+        } else {
+            a[0] = la.x, a[2] = la.y, a[1] = lb.x, a[3] = lb.y;
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            const int m = nt * 8 + g;
+            uint2 xv = make_uint2(0, 0);
+            if (m < M) xv = __ldg(static_cast<const uint2 *>(xrow) + size_t(m) * xstride);
+            mma_e4m3(d[nt], a, xv.x, xv.y);
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            const float2 sx = *reinterpret_cast<const float2 *>(sxrow + nt * 8 + 2 * q);
+            acc[nt][0] += d[nt][0] * (sa * sx.x), acc[nt][1] += d[nt][1] * (sa * sx.y);
+            acc[nt][2] += d[nt][2] * (sb * sx.x), acc[nt][3] += d[nt][3] * (sb * sx.y);
+        }
+    } else {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t a[4];
+            if constexpr (FP4) {  // byte 2h holds physical k 4h, 4h+1; byte 2h+1 holds 4h+2, 4h+3
+                a[0] = h ? e2m1_byte_to_h2<2>(la.x) : e2m1_byte_to_h2<0>(la.x);
+                a[2] = h ? e2m1_byte_to_h2<3>(la.x) : e2m1_byte_to_h2<1>(la.x);
+                a[1] = h ? e2m1_byte_to_h2<2>(lb.x) : e2m1_byte_to_h2<0>(lb.x);
+                a[3] = h ? e2m1_byte_to_h2<3>(lb.x) : e2m1_byte_to_h2<1>(lb.x);
+            } else {  // word h holds physical k 4h .. 4h+3
+                const uint32_t wa4 = h ? la.y : la.x, wb4 = h ? lb.y : lb.x;
+                a[0] = fp8x2_to_h2(wa4), a[2] = fp8x2_to_h2(wa4 >> 16);
+                a[1] = fp8x2_to_h2(wb4), a[3] = fp8x2_to_h2(wb4 >> 16);
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const int m = nt * 8 + g;
+                uint4 xv = make_uint4(0, 0, 0, 0);
+                if (m < M) xv = __ldg(static_cast<const uint4 *>(xrow) + size_t(m) * xstride + h);
+                mma_f16(d[nt], a, xv.x, xv.y);
+                mma_f16(d[nt], a, xv.z, xv.w);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            acc[nt][0] += d[nt][0] * sa, acc[nt][1] += d[nt][1] * sa;
+            acc[nt][2] += d[nt][2] * sb, acc[nt][3] += d[nt][3] * sb;
+        }
+    }
+}
+
+template <bool FP4, bool X8, int NT>  // NT: token tiles of 8 (M <= 8 * NT)
+__device__ __forceinline__ void gemv_item(const job &J, int local) {
+    constexpr int KB_BYTES = FP4 ? 16 : 32, KPS = CHUNK / KB_BYTES, PITCH = FP4 ? PITCH_FP4 : PITCH_FP8;
+    const int lane = threadIdx.x & 31;
+    const int N = J.N, K = J.K, M = J.M, nkb = K / 32;
+    const int ksplit = J.ksplit;
+    const int tile = local / ksplit, ks = local - tile * ksplit;
+    const int g = lane >> 2, q = lane & 3;
+    const int ra = tile * 16 + g, rb = ra + 8;
+    const int kb0 = ks * J.kb_per_split, kb1 = min(nkb, kb0 + J.kb_per_split);  // kb0 % KPS == 0
+    const size_t row_bytes = size_t(K) / (FP4 ? 2 : 1);
+
+    // This lane's cp.async sources: 16 bytes at column (lane % LANES_PER_ROW) * 16 of rows
+    // lane / LANES_PER_ROW + i * ROWS_PER_COPY; each warp instruction covers whole row segments.
+    const int col = (lane % LANES_PER_ROW) * 16, col_kb = col / KB_BYTES, row0 = lane / LANES_PER_ROW;
+    const uint8_t *src[COPIES];
+    bool row_ok[COPIES];
+#pragma unroll
+    for (int i = 0; i < COPIES; i++) {
+        const int r = tile * 16 + row0 + ROWS_PER_COPY * i;
+        row_ok[i] = r < N;
+        src[i] = J.w + size_t(row_ok[i] ? r : 0) * row_bytes + size_t(kb0) * KB_BYTES + col;
+    }
+    extern __shared__ __align__(16) uint8_t smem[];
+    uint8_t *ring = smem + (threadIdx.x >> 5) * (STAGES * STAGE_BYTES);
+    const int nstage = (kb1 - kb0 + KPS - 1) / KPS;
+    // MXFP4 scale rows ride in the ring when every stage's 4-byte pieces are aligned (K % 128 ==
+    // 0, all real shapes); otherwise they are read from global memory per k block.
+    const bool ring_scales = FP4 && nkb % 4 == 0;
+    auto issue = [&](int s) {
+        if (s < nstage) {
+            uint8_t *stage = ring + (s % STAGES) * STAGE_BYTES;
+            uint8_t *dst = stage + row0 * PITCH + col;
+            const bool k_ok = kb0 + s * KPS + col_kb < kb1;
+#pragma unroll
+            for (int i = 0; i < COPIES; i++)
+                cp_async16(dst + ROWS_PER_COPY * i * PITCH, src[i] + size_t(s) * CHUNK, row_ok[i] && k_ok ? 16 : 0);
+            if (FP4 && ring_scales) {
+#pragma unroll
+                for (int j = 0; j < FP4_SCALES / 8; j++) {  // 16 rows x FP4_SCALES / 4 pieces
+                    const int c = lane + 32 * j, row = c / (FP4_SCALES / 4), part = c % (FP4_SCALES / 4);
+                    const int r = tile * 16 + row, kb = kb0 + s * KPS + 4 * part;
+                    const bool ok = r < N && kb < kb1;
+                    cp_async4(stage + FP4_SCALE_OFF + row * FP4_SCALES + 4 * part,
+                              ok ? J.scale + size_t(r) * nkb + kb : J.scale, ok ? 4 : 0);
+                }
+            }
+        }
+        cp_async_commit();  // an empty group at the tail keeps the wait count uniform
+    };
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) issue(s);
+
+    // Scales and x, addressed from k block 0 of the slice.
+    const uint8_t *scale_a, *scale_b;
+    if constexpr (FP4) {
+        scale_a = J.scale + size_t(ra < N ? ra : 0) * nkb;
+        scale_b = J.scale + size_t(rb < N ? rb : 0) * nkb;
+    } else {
+        scale_a = scale_b = J.scale + size_t(tile >> J.row_block_shift) * J.scols;
+    }
+    const int xstride = X8 ? K / 8 : K / 4;  // in uint2 (official) or uint4 (reference) words
+    const void *xbase = X8 ? static_cast<const void *>(static_cast<const uint2 *>(J.xs) + q)
+                           : static_cast<const void *>(static_cast<const uint4 *>(J.xs) + 2 * q);
+    const float fold = FP4 ? (X8 ? 64.0f : 16384.0f) : 1.0f;  // the decode tricks' 2^6 / 2^14
+
+    float acc[NT][4] = {};
+    for (int s = 0; s < nstage; s++) {
+        const uint8_t *st = ring + (s % STAGES) * STAGE_BYTES;
+        const int kb = kb0 + s * KPS;
+        auto weights = [&](int u, uint2 &la, uint2 &lb) {
+            if constexpr (FP4) {
+                la = make_uint2(*reinterpret_cast<const uint32_t *>(st + g * PITCH + u * 16 + 4 * q), 0);
+                lb = make_uint2(*reinterpret_cast<const uint32_t *>(st + (g + 8) * PITCH + u * 16 + 4 * q), 0);
+            } else {
+                la = *reinterpret_cast<const uint2 *>(st + g * PITCH + u * 32 + 8 * q);
+                lb = *reinterpret_cast<const uint2 *>(st + (g + 8) * PITCH + u * 32 + 8 * q);
+            }
+        };
+        auto scale_of = [&](int k32, float &sa, float &sb) {
+            if constexpr (FP4) {
+                if (ring_scales) {  // only after the stage's wait
+                    sa = dev::e8m0_value(st[FP4_SCALE_OFF + g * FP4_SCALES + (k32 - kb)]) * fold;
+                    sb = dev::e8m0_value(st[FP4_SCALE_OFF + (g + 8) * FP4_SCALES + (k32 - kb)]) * fold;
+                } else {
+                    sa = dev::e8m0_value(__ldg(scale_a + k32)) * fold;
+                    sb = dev::e8m0_value(__ldg(scale_b + k32)) * fold;
+                }
+            } else {
+                sa = sb = dev::e8m0_value(__ldg(scale_a + (k32 >> J.sshift)));
+            }
+        };
+        auto xrow_of = [&](int k32) {
+            return X8 ? static_cast<const void *>(static_cast<const uint2 *>(xbase) + size_t(k32) * 4)
+                      : static_cast<const void *>(static_cast<const uint4 *>(xbase) + size_t(k32) * 8);
+        };
+        if (kb + KPS <= kb1) {
+            // A full stage, in groups of 4 k blocks: the scales (and in official mode x) do not come
+            // through the ring, so the first group's are requested before waiting on it and their
+            // latency hides behind the weights'. Groups bound the registers held.
+#pragma unroll
+            for (int g0 = 0; g0 < KPS; g0 += 4) {
+                float sa[4], sb[4];
+                const bool early = !(FP4 && ring_scales);  // scales from the ring wait for the stage
+                if (early)
+#pragma unroll
+                    for (int u = 0; u < 4; u++) scale_of(kb + g0 + u, sa[u], sb[u]);
+                if constexpr (X8) {
+                    x8_operands<NT> o[4];
+#pragma unroll
+                    for (int u = 0; u < 4; u++)
+                        o[u] = load_x8<NT>(static_cast<const uint2 *>(xrow_of(kb + g0 + u)),
+                                           J.sx + ((kb + g0 + u) >> J.sshift) * SX_TOKENS, xstride, M, g, q);
+                    if (g0 == 0) {
+                        cp_async_wait<STAGES - 2>();
+                        __syncwarp();
+                    }
+                    if (!early)
+#pragma unroll
+                        for (int u = 0; u < 4; u++) scale_of(kb + g0 + u, sa[u], sb[u]);
+#pragma unroll
+                    for (int u = 0; u < 4; u++) {
+                        uint2 la, lb;
+                        weights(g0 + u, la, lb);
+                        kblock_x8<FP4, NT>(la, lb, sa[u], sb[u], o[u], acc);
+                    }
+                } else {
+                    if (g0 == 0) {
+                        cp_async_wait<STAGES - 2>();
+                        __syncwarp();
+                    }
+                    if (!early)
+#pragma unroll
+                        for (int u = 0; u < 4; u++) scale_of(kb + g0 + u, sa[u], sb[u]);
+#pragma unroll
+                    for (int u = 0; u < 4; u++) {
+                        uint2 la, lb;
+                        weights(g0 + u, la, lb);
+                        kblock<FP4, X8, NT>(la, lb, sa[u], sb[u], xrow_of(kb + g0 + u), nullptr, xstride, M, g, q, acc);
+                    }
+                }
+            }
+        } else {
+            cp_async_wait<STAGES - 2>();
+            __syncwarp();
+            for (int u = 0; kb + u < kb1; u++) {
+                uint2 la, lb;
+                float sa, sb;
+                weights(u, la, lb);
+                scale_of(kb + u, sa, sb);
+                kblock<FP4, X8, NT>(la, lb, sa, sb, xrow_of(kb + u), X8 ? J.sx + ((kb + u) >> J.sshift) * SX_TOKENS : nullptr,
+                                    xstride, M, g, q, acc);
+            }
+        }
+        __syncwarp();  // every lane is done with this slot before it is refilled
+        issue(s + STAGES - 1);
+    }
+    cp_async_wait<0>();
+
+    // acc[nt][i]: row (i < 2 ? ra : rb), token nt * 8 + 2q + (i & 1).
+    auto store = [&](const float (&v)[NT][4]) {
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int m = nt * 8 + 2 * q + (i & 1);
+                const int r = i < 2 ? ra : rb;
+                if (m < M && r < N) J.y[size_t(m) * N + r] = v[nt][i];
+            }
+    };
+    if (ksplit == 1) {
+        store(acc);
+        return;
+    }
+    constexpr int SLOT = NT * 4 * 32;  // floats per work item
+    float *mine = J.partials + (size_t(tile) * ksplit + ks) * SLOT;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) mine[(nt * 4 + i) * 32 + lane] = acc[nt][i];
+    __threadfence();
+    unsigned prev = 0;
+    if (lane == 0) prev = atomicAdd(J.counters + tile, 1u);
+    prev = __shfl_sync(0xffffffffu, prev, 0);
+    if (prev != unsigned(ksplit - 1)) return;
+    __threadfence();
+    float sum[NT][4] = {};
+    const float *first = J.partials + size_t(tile) * ksplit * SLOT;
+#pragma unroll 8
+    for (int s = 0; s < ksplit; s++)  // unrolled: the slices' loads are in flight together
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) sum[nt][i] += __ldcg(first + size_t(s) * SLOT + (nt * 4 + i) * 32 + lane);
+    store(sum);
+    if (lane == 0) J.counters[tile] = 0;
+}
+
+}  // namespace ds41rt::backend::cuda::gemv_detail
