@@ -11,11 +11,16 @@
 // over every row, the state-owning steps (Engram history, compressor, indexer, window ring)
 // sequence by sequence.
 //
-// What still crosses to the host inside a step (each a synchronisation, and the reason this
-// engine is not yet captured in a CUDA graph): the router's logits (routing is planned on the
-// host for the MoE decode kernels), the indexer's picks (OFFICIAL: top-k on the device, the picks
-// come back; TRANSFORMERS: the scores come back, since torch's tie order has no GPU twin), and
-// the attention key lists, built on the host from the picks and the window positions it tracks.
+// The router, the indexer's top-k (OFFICIAL) and the routed experts of a decode step read and
+// write device memory only (routed_decode; key_lists writes the picked entries into the attention
+// lists on the device), so a decode step synchronises once, for its logits. What still comes to
+// the host: TRANSFORMERS' index scores (torch's tie order has no GPU twin), prefill's routes
+// (MXFP4 prefill plans expert by expert on the host) and remote layers' rows.
+//
+// Decode steps of up to 16 rows replay CUDA graphs of their fixed-shape pieces (step_bufs.h,
+// step_graphs.h): per layer the attention site's mHC and projections, and the output projection,
+// the FFN site and the MoE; the attention core (compressor, indexer, key lists, attention, ring),
+// whose lengths change every step, and Engram (host hashes) run eagerly between them.
 #include "engine/cuda/v41_gpu.h"
 
 #include <algorithm>
@@ -44,6 +49,7 @@
 #include "engine/cuda/device_model.h"
 #include "engine/cuda/key_lists.h"
 #include "engine/cuda/section_timer.h"
+#include "engine/cuda/routed_decode.h"
 #include "engine/cuda/step_bufs.h"
 #include "engine/engram_hash.h"
 #include "engine/rope.h"
@@ -648,11 +654,9 @@ private:
         return rt;
     }
 
-    // Whether a layer's MoE runs without the host at S rows (so it can be part of a graph).
-    bool moe_on_device(const layer_dev &L, int64_t S) const {
-        (void)L, (void)S;
-        return false;  // the routed decode kernels still plan on the host (routes_to_host)
-    }
+    // Whether a layer's MoE runs without the host at S rows (so it can be part of a graph):
+    // local experts at decode sizes (routed_decode reads the routes on the device).
+    bool moe_on_device(const layer_dev &L, int64_t S) const { return !L.remote && S <= cuda::MOE_MAX_ROWS; }
 
     Status moe(const layer_dev &L, int layer, const float *x, int64_t S, float *out) const {
         const int64_t D = c_.dim, K = c_.n_activated_experts;
@@ -667,33 +671,20 @@ private:
         DS41RT_RETURN_IF_ERROR(cuda::swiglu_rows(g.f(), u.f(), nullptr, g.f(), S, I, c_.swiglu_limit, official_, st()));
         DS41RT_RETURN_IF_ERROR(m_->run_linear(L.sw2, g.f(), sh.f(), S, lin::FP8));
 
-        auto rtr = routes_to_host(ids, wts, S);
-        if (!rtr) return rtr.status();
-        const backend::cpu::route_table &rt = rtr.value();
         end();
         begin("moe.routed");
-
-        // Routed experts, 16 rows a launch (the decode kernels' limit): rows grouped by expert,
-        // each selected expert read once per launch, summed per row in increasing expert id.
-        // Longer inputs (prefill) go expert by expert instead (routed_prefill).
+        // Routed experts: longer MXFP4 inputs (prefill) expert by expert (routed_prefill, routes
+        // planned on the host); decode sizes, and NVFP4 layers at any size, from the routes on the
+        // device in chunks of 16 rows, each selected expert read once a chunk, summed per row in
+        // increasing expert id.
         dtemp acc = m_->temp_f32(S * D);
         if (S > cuda::MOE_MAX_ROWS && L.moe.nvfp4_experts.empty()) {
-            DS41RT_RETURN_IF_ERROR(routed_prefill(L, x, S, rt, acc.f()));
-        } else
-        for (int64_t r0 = 0; r0 < S; r0 += cuda::MOE_MAX_ROWS) {
-            const int B = int(std::min<int64_t>(cuda::MOE_MAX_ROWS, S - r0));
-            std::vector<cuda::moe_route> routes;
-            for (int64_t r = r0; r < r0 + B; r++)
-                for (uint32_t i = rt.offsets[size_t(r)]; i < rt.offsets[size_t(r) + 1]; i++)
-                    routes.push_back({rt.routes[i].expert, rt.routes[i].weight});
-            if (int64_t(routes.size()) != int64_t(B) * K) return Status::internal("router gave a row the wrong route count");
-            dtemp bufm = m_->temp(cuda::moe_buffer_bytes(int(D), L.moe.I, int(routes.size())));
-            const cuda::moe_buffers buf = cuda::moe_buffers_at(bufm.as<void>(), int(D), L.moe.I, int(routes.size()));
-            auto plan = cuda::plan_moe_decode(m_->device(), L.moe, buf, x + r0 * D, acc.f() + r0 * D, routes, B, int(K));
-            if (!plan) return plan.status();
-            dtemp ws = m_->temp(plan->workspace_bytes);
-            DS41RT_RETURN_IF_ERROR(cuda::reset_moe_workspace(plan.value(), ws.as<void>(), st()));
-            DS41RT_RETURN_IF_ERROR(cuda::run_moe_decode(plan.value(), ws.as<void>(), st()));
+            auto rt = routes_to_host(ids, wts, S);
+            if (!rt) return rt.status();
+            DS41RT_RETURN_IF_ERROR(routed_prefill(L, x, S, rt.value(), acc.f()));
+        } else {
+            DS41RT_RETURN_IF_ERROR(
+                routed_.run(*m_, layer, L.moe, x, ids.as<int32_t>(), wts.f(), S, int(K), acc.f()));
         }
         // The routed sum plus the shared expert, one rounding.
         DS41RT_RETURN_IF_ERROR(cuda::add_rows(acc.f(), sh.f(), out, S * D, official_, st()));
@@ -832,6 +823,7 @@ private:
         end();
         prof_.add_host("host.issue", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - issue0).count());
         DS41RT_RETURN_IF_ERROR(m_->to_host(logits, lg.f(), size_t(S * V) * sizeof(float)));
+        DS41RT_RETURN_IF_ERROR(routed_.check(*m_));
         prof_.collect();
         for (size_t i = 0; i < B.seq.size(); i++) B.seq[i]->len += B.n[i];
         return Status::ok();
@@ -851,6 +843,7 @@ private:
     std::unique_ptr<experts::remote_experts> remote_;  // set when some layers are remote
     mutable section_timer prof_;
     mutable step_buckets buckets_;
+    mutable routed_decode routed_;
 };
 
 }  // namespace

@@ -10,17 +10,16 @@
 // Sequence state: the window ring of every layer and the compressed entries / index keys live
 // on the device (fp32 rows); the compressors' open windows live on the host (see below).
 //
-// What runs on the host, on rows brought back (each a synchronisation per layer, and the
-// reasons this engine is not captured in a CUDA graph):
+// What runs on the host, on rows brought back (each a synchronisation):
 //  - the compressors' window pooling (engine/v4_steps compress_pool): V4's overlapping windows
 //    (the previous window's Ca half pooled with this one's Cb half) have no GPU kernel yet; the
 //    wkv / wgate projections come back, the latents go up again for the norm, RoPE and QAT;
-//  - the router (v4_steps route: hash layers via tid2eid, sqrtsoftplus top-k for the rest) from
-//    the downloaded gate logits, planned on the host for the MoE decode kernels;
-//  - the indexer's picks (OFFICIAL: top-k on the device, the picks come back; TRANSFORMERS: the
-//    scores come back, since torch's tie order has no GPU twin), and the attention key lists,
-//    built on the host from the picks and the window positions it tracks;
-//  - hc_head's pre weights (sigmoid of hc_head_fn's mixes: hc numbers per row).
+//  - TRANSFORMERS' index scores (torch's tie order has no GPU twin; OFFICIAL's top-k and the
+//    picked entries of the attention key lists stay on the device, key_lists.h);
+//  - hc_head's pre weights (sigmoid of hc_head_fn's mixes: hc numbers per row), once a step.
+// The router (v4_steps route()'s twin on the device: hash layers via tid2eid, the biased top-k
+// for the rest) and the routed experts (routed_decode) keep the routes on the device. Decode
+// steps of up to 16 rows replay CUDA graphs of their fixed-shape pieces as v41_gpu does.
 // Differences from v4_model.cpp in arithmetic (all fp32 summation order): the GEMV / dense
 // products, the index-score dots (fp64 on the device, a sequential fp32 sum on the host) and
 // the gate logits (fp32 on the device, fp64 sums on the host).
@@ -40,12 +39,14 @@
 #include "backend/cuda/moe_decode.cuh"
 #include "backend/cuda/norm.cuh"
 #include "backend/cuda/rope.cuh"
+#include "backend/cuda/router.cuh"
 #include "backend/cuda/swiglu.cuh"
 #include "backend/cuda/topk.cuh"
 #include "backend/cpu/ops.h"
 #include "engine/cpu_engine.h"
 #include "engine/cuda/key_lists.h"
 #include "engine/cuda/section_timer.h"
+#include "engine/cuda/routed_decode.h"
 #include "engine/cuda/step_bufs.h"
 #include "engine/rope.h"
 #include "engine/topk.h"
@@ -79,8 +80,8 @@ struct layer_dev {
     compressor_dev icomp;  // CSA: the indexer's own compressor
     dlinear i_wq_b, i_weights_proj;
     dlinear gate_w;
-    Tensor gate_bias;              // host, learned-routing layers: the router runs in v4_steps
-    std::vector<int32_t> tid2eid;  // host, hash layers: [vocab, n_activated_experts]
+    const float *gate_bias = nullptr;  // learned-routing layers: [E]
+    const int32_t *tid2eid = nullptr;  // hash layers: [vocab, n_activated_experts]
     dlinear sw1, sw2, sw3;
     cuda::moe_layer moe;
 };
@@ -212,18 +213,23 @@ public:
                 DS41RT_RETURN_IF_ERROR(host_(p + "ffn.gate.tid2eid", &t));
                 if (t.shape() != shape_t{c_.vocab_size, int64_t(c_.n_activated_experts)})
                     return Status::invalid_argument(p + "ffn.gate.tid2eid: shape " + shape_str(t.shape()));
-                L.tid2eid.resize(size_t(t.numel()));
+                std::vector<int32_t> ids(static_cast<size_t>(t.numel()));
                 for (int64_t i = 0; i < t.numel(); i++) {
                     const float v = t.f()[i];
                     if (!(v >= 0 && v < float(c_.n_routed_experts)) || v != std::floor(v))
                         return Status::invalid_argument(p + "ffn.gate.tid2eid: entry " + std::to_string(i) +
                                                         " is not an expert id");
-                    L.tid2eid[size_t(i)] = int32_t(v);
+                    ids[size_t(i)] = int32_t(v);
                 }
+                auto up = m_->upload(ids.data(), ids.size() * sizeof(int32_t));
+                if (!up) return up.status();
+                L.tid2eid = static_cast<const int32_t *>(up.value());
             } else {
-                DS41RT_RETURN_IF_ERROR(host_(p + "ffn.gate.bias", &L.gate_bias));
-                if (L.gate_bias.numel() != c_.n_routed_experts)
-                    return Status::invalid_argument(p + "ffn.gate.bias: shape " + shape_str(L.gate_bias.shape()));
+                Tensor bias;
+                DS41RT_RETURN_IF_ERROR(host_(p + "ffn.gate.bias", &bias));
+                if (bias.numel() != c_.n_routed_experts)
+                    return Status::invalid_argument(p + "ffn.gate.bias: shape " + shape_str(bias.shape()));
+                DS41RT_RETURN_IF_ERROR(vec_(p + "ffn.gate.bias", &L.gate_bias));
             }
             if (c_.n_shared_experts > 0) {
                 DS41RT_RETURN_IF_ERROR(lin_(p + "ffn.shared_experts.w1.weight", &L.sw1));
@@ -544,46 +550,35 @@ private:
         return Status::ok();
     }
 
-    // Whether a layer's MoE runs without the host at S rows (so it can be part of a graph).
-    bool moe_on_device(const layer_dev &L, int64_t S) const {
-        (void)L, (void)S;
-        return false;  // the router runs on the host (v4_steps route)
-    }
+    // Whether a layer's MoE runs without the host at S rows (so it can be part of a graph):
+    // at decode sizes (the router and routed_decode keep the routes on the device).
+    bool moe_on_device(const layer_dev &, int64_t S) const { return S <= cuda::MOE_MAX_ROWS; }
 
     // ---- MoE (spec 3.9; v4_model moe()) ----
-    Status moe(const layer_dev &L, int layer, const float *x, const std::vector<int32_t> &tokens, int64_t S,
-               float *out) const {
+    // The router on the device (v4_steps route()'s twin: hash layers take tid2eid[token], the
+    // others the biased top-k; weights renormalised, with +1e-20 except in OFFICIAL), then the
+    // routed experts from those device routes in chunks of 16 rows (routed_decode).
+    Status moe(const layer_dev &L, int layer, const float *x, const int32_t *tokens_d, int64_t S, float *out) const {
         const int64_t D = c_.dim, E = c_.n_routed_experts, K = c_.n_activated_experts;
-        const bool hash = layer < c_.n_hash_layers;
         begin("moe.router");
         dtemp logits = m_->temp_f32(S * E);
         DS41RT_RETURN_IF_ERROR(m_->run_linear(L.gate_w, x, logits.f(), S, lin::F32));
-        Status s;
-        std::vector<float> lh = m_->download_f32(logits.f(), S * E, &s);
-        DS41RT_RETURN_IF_ERROR(s);
-        const backend::cpu::route_table rt = v4::route(c_, lh.data(), S, hash ? L.tid2eid.data() : nullptr,
-                                                       hash ? nullptr : L.gate_bias.f(), tokens.data(), official_);
+        cuda::router_params rp;
+        rp.route_scale = c_.route_scale;
+        rp.norm_topk_prob = true;
+        rp.n_experts = int(E);
+        rp.k = int(K);
+        rp.eps = !official_;
+        dtemp ids = m_->temp(size_t(S * K) * sizeof(int32_t)), wts = m_->temp_f32(S * K);
+        if (layer < c_.n_hash_layers)
+            DS41RT_RETURN_IF_ERROR(cuda::route_hash(logits.f(), L.tid2eid, c_.vocab_size, tokens_d, S, rp,
+                                                    ids.as<int32_t>(), wts.f(), st()));
+        else
+            DS41RT_RETURN_IF_ERROR(cuda::route_topk(logits.f(), L.gate_bias, S, rp, ids.as<int32_t>(), wts.f(), st()));
         end();
         begin("moe.routed");
-
-        // Routed experts, 16 rows a launch (the decode kernels' limit): rows grouped by expert,
-        // each selected expert read once per launch, summed per row in increasing expert id.
         dtemp acc = m_->temp_f32(S * D);
-        for (int64_t r0 = 0; r0 < S; r0 += cuda::MOE_MAX_ROWS) {
-            const int B = int(std::min<int64_t>(cuda::MOE_MAX_ROWS, S - r0));
-            std::vector<cuda::moe_route> routes;
-            for (int64_t r = r0; r < r0 + B; r++)
-                for (uint32_t i = rt.offsets[size_t(r)]; i < rt.offsets[size_t(r) + 1]; i++)
-                    routes.push_back({rt.routes[i].expert, rt.routes[i].weight});
-            if (int64_t(routes.size()) != int64_t(B) * K) return Status::internal("router gave a row the wrong route count");
-            dtemp bufm = m_->temp(cuda::moe_buffer_bytes(int(D), L.moe.I, int(routes.size())));
-            const cuda::moe_buffers buf = cuda::moe_buffers_at(bufm.as<void>(), int(D), L.moe.I, int(routes.size()));
-            auto plan = cuda::plan_moe_decode(m_->device(), L.moe, buf, x + r0 * D, acc.f() + r0 * D, routes, B, int(K));
-            if (!plan) return plan.status();
-            dtemp ws = m_->temp(plan->workspace_bytes);
-            DS41RT_RETURN_IF_ERROR(cuda::reset_moe_workspace(plan.value(), ws.as<void>(), st()));
-            DS41RT_RETURN_IF_ERROR(cuda::run_moe_decode(plan.value(), ws.as<void>(), st()));
-        }
+        DS41RT_RETURN_IF_ERROR(routed_.run(*m_, layer, L.moe, x, ids.as<int32_t>(), wts.f(), S, int(K), acc.f()));
         end();
         // The shared expert, then one rounding of the fp32 sum (OFFICIAL: bf16 MoE output).
         begin("moe.shared");
@@ -691,7 +686,7 @@ private:
                 DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(b.X.f(), b.fm.pre.f(), S, hc, D, official_, b.x.f(), st()));
                 DS41RT_RETURN_IF_ERROR(norm(b.x.f(), L.ffn_norm, S, D));
                 end();
-                DS41RT_RETURN_IF_ERROR(moe(L, l, b.x.f(), tokens, S, b.y.f()));
+                DS41RT_RETURN_IF_ERROR(moe(L, l, b.x.f(), b.ids.as<int32_t>(), S, b.y.f()));
                 begin("mhc+norm");
                 DS41RT_RETURN_IF_ERROR(
                     cuda::hc_expand(b.X.f(), b.y.f(), b.fm.post.f(), b.fm.comb.f(), S, hc, D, official_, st()));
@@ -709,6 +704,7 @@ private:
         end();
         prof_.add_host("host.issue", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - issue0).count());
         DS41RT_RETURN_IF_ERROR(m_->to_host(logits, lg.f(), size_t(S * V) * sizeof(float)));
+        DS41RT_RETURN_IF_ERROR(routed_.check(*m_));
         prof_.collect();
         for (size_t i = 0; i < B.seq.size(); i++) B.seq[i]->len += B.n[i];
         return Status::ok();
@@ -725,6 +721,7 @@ private:
     std::vector<layer_dev> layers_;
     mutable section_timer prof_;
     mutable step_buckets buckets_;
+    mutable routed_decode routed_;
 };
 
 }  // namespace

@@ -1,0 +1,54 @@
+#include "engine/cuda/routed_decode.h"
+
+#include <algorithm>
+#include <string>
+
+#include "backend/cuda/cuda_status.h"
+
+namespace ds41rt::engine::gpu {
+
+namespace cuda = backend::cuda;
+
+Status routed_decode::run(const device_model &m, int layer, const cuda::moe_layer &moe, const float *x,
+                          const int32_t *ids, const float *wts, int64_t S, int K, float *acc) {
+    const int64_t D = moe.D;
+    for (int64_t r0 = 0; r0 < S; r0 += cuda::MOE_MAX_ROWS) {
+        const int B = int(std::min<int64_t>(cuda::MOE_MAX_ROWS, S - r0));
+        auto it = plans_.find({layer, B});
+        workspace &w = ws_[B];
+        if (it == plans_.end() || !w.mem.bytes()) {
+            cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(m.stream(), &cs));
+            if (cs != cudaStreamCaptureStatusNone)
+                return Status::internal("layer " + std::to_string(layer) + ": no routed-expert plan for " +
+                                        std::to_string(B) + " rows while a graph is being captured");
+        }
+        if (it == plans_.end()) {
+            auto p = cuda::plan_moe_routed(m.device(), moe, B, K);
+            if (!p) return p.status();
+            it = plans_.emplace(std::make_pair(layer, B), std::move(p.value())).first;
+        }
+        const cuda::moe_routed_plan &plan = it->second;
+        if (w.mem.bytes() < plan.workspace_bytes) {
+            w.mem = m.temp(plan.workspace_bytes);
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w.mem.as<void>(), 0, plan.workspace_bytes, m.stream()));
+        }
+        if (w.plan && w.plan->workspace_bytes != plan.workspace_bytes)
+            return Status::internal("layer " + std::to_string(layer) + ": routed-expert workspace layout differs "
+                                    "from another layer's at " + std::to_string(B) + " rows");
+        w.plan = &plan;
+        DS41RT_RETURN_IF_ERROR(cuda::run_moe_routed(plan, x + r0 * D, ids + r0 * K, wts + r0 * K, acc + r0 * D,
+                                                    w.mem.as<void>(), m.stream()));
+    }
+    return Status::ok();
+}
+
+Status routed_decode::check(const device_model &m) {
+    for (auto &[B, w] : ws_) {
+        if (!w.plan) continue;
+        DS41RT_RETURN_IF_ERROR(cuda::moe_routed_error(*w.plan, w.mem.as<void>(), m.stream()));
+    }
+    return Status::ok();
+}
+
+}  // namespace ds41rt::engine::gpu

@@ -1,0 +1,42 @@
+// The routed experts of a MoE layer from routes that stay on the device (backend/cuda
+// moe_routed), shared by the V4.1 and V4 GPU forward passes: rows in chunks of up to 16, each
+// chunk one fixed-shape run, so a decode step's MoE needs no host and can be part of a graph.
+//
+// Plans (one per layer and chunk row count, holding the layer's expert table on the device) are
+// made on first use, which synchronises: the first step of a row count runs eagerly, so a graph
+// capture finds them made. Chunks of one row count share a workspace (every local layer of a
+// model has the same expert shapes, so the same workspace layout).
+//
+// Threads: the engine's host thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <utility>
+
+#include "backend/cuda/moe_routed.cuh"
+#include "engine/cuda/device_model.h"
+
+namespace ds41rt::engine::gpu {
+
+class routed_decode {
+public:
+    // acc[S, D] = each row's routed-expert sum of x[S, D] (fp32, unrounded), routes ids / wts
+    // [S, K] on the device (the router's output).
+    Status run(const device_model &m, int layer, const backend::cuda::moe_layer &moe, const float *x,
+               const int32_t *ids, const float *wts, int64_t S, int K, float *acc);
+    // The routes a run (eager or replayed from a graph) could not serve (an expert not held
+    // here, an expert routed more often than a chunk allows): reads and clears the workspaces'
+    // error words. Synchronises; call after the step.
+    Status check(const device_model &m);
+
+private:
+    struct workspace {
+        dtemp mem;
+        const backend::cuda::moe_routed_plan *plan = nullptr;  // one plan of its layout (set once used)
+    };
+    std::map<std::pair<int, int>, backend::cuda::moe_routed_plan> plans_;  // by (layer, rows)
+    std::map<int, workspace> ws_;                                         // by rows
+};
+
+}  // namespace ds41rt::engine::gpu
