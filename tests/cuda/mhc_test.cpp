@@ -106,15 +106,19 @@ TEST_F(CudaMhc, ProjectIsBitExact) {
         });
 }
 
-TEST_F(CudaMhc, SplitSinkhorn) {
-    std::vector<float> m = testing_util::random_normal(size_t(S * N_MIX), 4);
+// hc 4 (V4.1 / V4) runs the warp-per-token kernel, hc 3 the thread-per-token one: both against the
+// host's steps at the same tolerance.
+void check_split(int hc, const std::vector<float> &scale) {
+    const int64_t n_mix = int64_t(2 + hc) * hc;
+    std::vector<float> m = testing_util::random_normal(size_t(S * n_mix), uint32_t(4 + hc));
     for (auto &v : m) v *= 3.0f;
-    const engine::hc_mixes ref = engine::hc_split_sinkhorn(m.data(), S, HC, scale.data(), base.data(), 1e-6f, ITERS);
-    dev_vec<float> dm(m), dsc(scale), db(base), pre(size_t(S * HC)), post(size_t(S * HC)), comb(size_t(S * HC * HC));
+    const std::vector<float> base = testing_util::random_normal(size_t(n_mix), 3);
+    const engine::hc_mixes ref = engine::hc_split_sinkhorn(m.data(), S, hc, scale.data(), base.data(), 1e-6f, ITERS);
+    dev_vec<float> dm(m), dsc(scale), db(base), pre(size_t(S * hc)), post(size_t(S * hc)), comb(size_t(S * hc * hc));
     pre.poison();
     post.poison();
     comb.poison();
-    ASSERT_TRUE(cuda::hc_split_sinkhorn(dm.p, S, HC, dsc.p, db.p, 1e-6f, ITERS, pre.p, post.p, comb.p, nullptr).is_ok());
+    ASSERT_TRUE(cuda::hc_split_sinkhorn(dm.p, S, hc, dsc.p, db.p, 1e-6f, ITERS, pre.p, post.p, comb.p, nullptr).is_ok());
     const std::pair<std::vector<float>, const std::vector<float> *> parts[] = {
         {pre.download(), &ref.pre}, {post.download(), &ref.post}, {comb.download(), &ref.comb}};
     const char *names[] = {"pre", "post", "comb"};
@@ -129,9 +133,17 @@ TEST_F(CudaMhc, SplitSinkhorn) {
             EXPECT_LE(d, 1e-5 * std::fabs(want[i])) << names[p] << " " << i;
             st.worst = std::max(st.worst, d / std::fabs(double(want[i])));
         }
-        std::printf("[ info ] hc_split_sinkhorn %s: max rel err %.3g, bit mismatches %zu of %zu\n", names[p], st.worst,
-                    st.bits, want.size());
+        std::printf("[ info ] hc_split_sinkhorn hc %d %s: max rel err %.3g, bit mismatches %zu of %zu\n", hc, names[p],
+                    st.worst, st.bits, want.size());
     }
+    testing_util::print_timing("hc_split_sinkhorn hc " + std::to_string(hc) + " S 1", double(n_mix) * 8, [&] {
+        (void)cuda::hc_split_sinkhorn(dm.p, 1, hc, dsc.p, db.p, 1e-6f, ITERS, pre.p, post.p, comb.p, nullptr);
+    });
+}
+
+TEST_F(CudaMhc, SplitSinkhorn) {
+    check_split(HC, scale);
+    check_split(3, scale);
 }
 
 TEST_F(CudaMhc, CollapseAndExpandAreBitExact) {

@@ -34,9 +34,13 @@ __global__ void rms_norm_kernel(const float *__restrict__ x, const float *__rest
     const float *xr = x + blockIdx.x * dim;
     float *yr = y + blockIdx.x * dim;
     double ss = 0;
+    // Unrolled so the loads of several elements are in flight at once (the fp64 adds stay in the
+    // same order); rolled, each iteration waited for its load: ~11 us for one 5120-wide row.
+#pragma unroll 4
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += double(xr[i]) * double(xr[i]);
     ss = block_sum(ss);
     const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(float(ss / double(dim)), eps)));
+#pragma unroll 4
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
         float v = __fmul_rn(xr[i], inv);
         if (w) v = __fmul_rn(w[i], v);

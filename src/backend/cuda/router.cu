@@ -13,7 +13,9 @@
 // measured on glibc 2.36), so a score can differ from the host's by an ulp and a weight by a
 // few. Selection order among equal biased scores: lower id (torch's order for the host's
 // top_indices is not reproducible; equal fp32 scores do not occur with real logits).
-// One warp per token, its E scores in shared memory; k rounds of a warp argmax. Hash routing:
+// One block of WARPS warps per token: all of them score the E logits into shared memory (the
+// fp64 exp / log1p chains are the kernel's latency: ~20 us a token when one warp scored all 384),
+// then warp 0 runs k rounds of a warp argmax. Hash routing:
 // one thread per token, k logits read (S x k x 4 bytes: launch-bound).
 // Graph-replayable: yes. Test: tests/cuda/router_test.cpp, ids equal, weights within 4 ulp.
 #include "backend/cuda/router.cuh"
@@ -40,16 +42,17 @@ __device__ __forceinline__ bool better(float a, int ia, float b, int ib) { retur
 
 __global__ void route_kernel(const float *logits, const float *bias, int64_t S, router_params p, int32_t *ids,
                              float *weights) {
-    extern __shared__ float smem[];  // per warp: score [E], biased [E]
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, E = p.n_experts;
-    const int64_t s = int64_t(blockIdx.x) * WARPS + warp;
-    if (s >= S) return;
-    float *score = smem + size_t(warp) * 2 * E, *biased = score + E;
-    for (int e = lane; e < E; e += 32) {
+    extern __shared__ float smem[];  // score [E], biased [E]
+    const int lane = threadIdx.x & 31, E = p.n_experts;
+    const int64_t s = blockIdx.x;
+    float *score = smem, *biased = score + E;
+    // The fp64 transcendentals spread over the whole block (they, not the picks, set the time).
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
         score[e] = gate_score(logits[s * E + e], p.gate_temp);
         biased[e] = __fadd_rn(score[e], bias[e]);
     }
-    __syncwarp();
+    __syncthreads();
+    if (threadIdx.x >= 32) return;
     uint32_t taken = 0;  // bit j: element lane + 32 j picked
     int pick[MAX_K];
     float sum = 0.0f;
@@ -139,8 +142,9 @@ Status route_topk(const float *logits, const float *bias, int64_t S, const route
     DS41RT_RETURN_IF_ERROR(check_params("route_topk", S, p));
     if (S == 0) return Status::ok();
     if (!logits || !bias || !ids || !weights) return Status::invalid_argument("route_topk: null logits, bias, ids or weights");
-    const size_t smem = size_t(WARPS) * 2 * size_t(p.n_experts) * sizeof(float);  // <= 32 KB
-    route_kernel<<<unsigned((S + WARPS - 1) / WARPS), WARPS * 32, smem, stream>>>(logits, bias, S, p, ids, weights);
+    if (S > 0x7fffffff) return Status::invalid_argument("route_topk: more than 2^31 tokens");
+    const size_t smem = 2 * size_t(p.n_experts) * sizeof(float);  // <= 8 KB
+    route_kernel<<<unsigned(S), WARPS * 32, smem, stream>>>(logits, bias, S, p, ids, weights);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }
