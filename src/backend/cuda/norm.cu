@@ -33,19 +33,34 @@ __global__ void rms_norm_kernel(const float *__restrict__ x, const float *__rest
                                 float eps, bool rb) {
     const float *xr = x + blockIdx.x * dim;
     float *yr = y + blockIdx.x * dim;
+    // A thread's first PER elements are loaded together before any is used: with one load per
+    // loop iteration the block waited a memory latency per element it owned (15 us for one
+    // 5120-wide row on the H200). The sums keep their order (thread t: t, t + blockDim, ...).
+    constexpr int PER = 24;  // NORM_THREADS * PER = 6144 >= V4.1's widest row
+    float v[PER];
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+        const int64_t i = threadIdx.x + int64_t(u) * blockDim.x;
+        v[u] = i < dim ? xr[i] : 0.0f;
+    }
     double ss = 0;
-    // Unrolled so the loads of several elements are in flight at once (the fp64 adds stay in the
-    // same order); rolled, each iteration waited for its load: ~11 us for one 5120-wide row.
-#pragma unroll 4
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += double(xr[i]) * double(xr[i]);
+#pragma unroll
+    for (int u = 0; u < PER; u++)
+        if (threadIdx.x + int64_t(u) * blockDim.x < dim) ss += double(v[u]) * double(v[u]);
+    for (int64_t i = threadIdx.x + int64_t(PER) * blockDim.x; i < dim; i += blockDim.x) ss += double(xr[i]) * double(xr[i]);
     ss = block_sum(ss);
     const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(float(ss / double(dim)), eps)));
-#pragma unroll 4
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-        float v = __fmul_rn(xr[i], inv);
-        if (w) v = __fmul_rn(w[i], v);
-        yr[i] = rb ? dev::round_bf16(v) : v;
+    auto out = [&](int64_t i, float xv) {
+        float o = __fmul_rn(xv, inv);
+        if (w) o = __fmul_rn(w[i], o);
+        yr[i] = rb ? dev::round_bf16(o) : o;
+    };
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+        const int64_t i = threadIdx.x + int64_t(u) * blockDim.x;
+        if (i < dim) out(i, v[u]);
     }
+    for (int64_t i = threadIdx.x + int64_t(PER) * blockDim.x; i < dim; i += blockDim.x) out(i, xr[i]);
 }
 
 // One block per row; thread 0 adds the bf16 squares in channel order (dim dependent adds: ~2 us
