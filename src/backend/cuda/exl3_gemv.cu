@@ -51,6 +51,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/splitk_plan.cuh"
 
 namespace ds41rt::backend::cuda {
 
@@ -391,25 +392,16 @@ __global__ void decode_what_kernel(const uint32_t *trellis, int in, int out, int
     }
 }
 
-size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+using splitk::align256;
+using splitk::token_tiles;
 
 // Tiles per K slice: whole pipeline groups of U (in % 128 == 0 makes every tile count a multiple
 // of 8, so every slice, the last included, is whole groups and the main loop needs no tail).
-int slice_tiles(int kt, int ks) { return ((kt + ks - 1) / ks + U - 1) / U * U; }
-
-int token_tiles(const std::vector<exl3_matrix> &mats) {
-    int max_m = 1;
-    for (const exl3_matrix &m : mats) max_m = std::max(max_m, m.M);
-    return max_m > 8 ? 2 : 1;
-}
+int slice_tiles(int kt, int ks) { return splitk::slice_len(kt, ks, U); }
 
 template <int NT>
 int blocks_per_sm() {
-    static const int blocks = [] {
-        int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, exl3_gemv_kernel<NT>, THREADS, 0) != cudaSuccess || n < 1) n = 1;
-        return n;
-    }();
+    static const int blocks = splitk::resident_blocks(exl3_gemv_kernel<NT>, THREADS);
     return blocks;
 }
 
@@ -446,40 +438,25 @@ Result<exl3_plan> plan_exl3_gemv(const device_info &dev, const std::vector<exl3_
     // One wave of CTAs when K slicing can provide it; the decode is ALU-bound, so every SM must
     // have work. Slices no thinner than MIN_KT tiles.
     const int nt = token_tiles(mats);
-    const long target = long(dev.sm_count) * (nt == 1 ? blocks_per_sm<1>() : blocks_per_sm<2>());
-    const int want = int(std::max<long>(1, target / std::max<long>(1, total_blocks)));
-    size_t counters = 0, partials = 0;
+    const int want = splitk::slices_wanted(
+        long(dev.sm_count) * (nt == 1 ? blocks_per_sm<1>() : blocks_per_sm<2>()), total_blocks);
+    splitk::workspace_layout ws;
     for (const exl3_matrix &m : plan.mats) {
-        const int kt = m.in / 16;
-        int ks = std::max(1, std::min({want, MAX_KSPLIT, kt / MIN_KT, MAX_SLICE_ROWS / m.M}));
-        const int per = slice_tiles(kt, ks);
-        ks = (kt + per - 1) / per;
+        const int ks = splitk::slice_count(m.in / 16, want, MIN_KT, U, std::min(MAX_KSPLIT, MAX_SLICE_ROWS / m.M));
         plan.ksplit.push_back(ks);
-        if (ks > 1) {
-            counters += size_t(m.out / 128);
-            partials += size_t(m.out / 128) * ks * m.M * 128;
-        }
+        ws.add(size_t(m.out / 128), ks, size_t(m.M) * 128);
     }
-    size_t off = align256(counters * sizeof(unsigned)) + align256(partials * sizeof(float));
-    for (size_t i = 0; i < plan.mats.size(); i++) {
-        size_t mine = off;
-        for (size_t k = 0; k < i; k++)
-            if (same_x(plan.mats[k], plan.mats[i])) mine = plan.x_offset[k];
-        plan.x_offset.push_back(mine);
-        if (mine == off) off += xs_bytes(plan.mats[i]);
-    }
-    plan.workspace_bytes = off;
+    plan.workspace_bytes = splitk::place_x(plan.mats, ws.x_begin(), same_x, xs_bytes, &plan.x_offset);
     return plan;
 }
 
 Status run_exl3_gemv(const exl3_plan &plan, void *workspace, cudaStream_t stream) {
     char *ws = static_cast<char *>(workspace);
     const int nt = token_tiles(plan.mats);
-    size_t counters_total = 0;
-    for (size_t i = 0; i < plan.mats.size(); i++)
-        if (plan.ksplit[i] > 1) counters_total += size_t(plan.mats[i].out / 128);
+    splitk::workspace_layout layout;
+    for (size_t i = 0; i < plan.mats.size(); i++) layout.add(size_t(plan.mats[i].out / 128), plan.ksplit[i], 0);
     unsigned *counters = reinterpret_cast<unsigned *>(ws);
-    float *partials = reinterpret_cast<float *>(ws + align256(counters_total * sizeof(unsigned)));
+    float *partials = reinterpret_cast<float *>(ws + layout.counters_bytes());
 
     rot_batch rb{};
     int max_warps = 0;
@@ -492,9 +469,7 @@ Status run_exl3_gemv(const exl3_plan &plan, void *workspace, cudaStream_t stream
         return Status::ok();
     };
     for (size_t i = 0; i < plan.mats.size(); i++) {
-        bool seen = false;
-        for (size_t k = 0; k < i; k++) seen |= plan.x_offset[k] == plan.x_offset[i];
-        if (seen) continue;
+        if (!splitk::first_use(plan.x_offset, i)) continue;
         const exl3_matrix &m = plan.mats[i];
         rot_job &R = rb.jobs[rb.njobs++];
         R.x = m.x, R.suh = m.suh, R.xs = reinterpret_cast<uint32_t *>(ws + plan.x_offset[i]), R.M = m.M, R.in = m.in;
