@@ -25,16 +25,17 @@
 //   before: 110.5 instructions (NT = 2: 134.8): 27.5 LOP3 (mask and xor as two immediates, so two
 //           LOP3 per state), 21 IMAD, 14 SHF, 8 PRMT, 4 HADD2, 2 HMMA, and ~34 of per-tile address
 //           arithmetic, predicated x loads with their branches (BSSY / BSYNC) and re-read thread ids;
-//   after:  55.8 (NT = 2: 57.5; K = 2 3INST and MUL1 55.3, K = 3 59.5, K = 4 57.8): per lane and
-//           weight 2 ops to cut the 16-bit state from the funnel-shifted span (SHF + LOP3; the
-//           first state 1), 1 IMAD, 1 LOP3 ((x & mask) ^ xr with xr a register), and per pair
-//           2 PRMT + 1 HADD2 (= 44 a tile), 2 HMMA, and ~10 of loads: one pointer per trellis
-//           word advanced by the tile-row stride, x fragments at immediate offsets, whole groups
-//           of U tiles (no tail predicates).
+//   after:  52.5 (NT = 2: 57.0; K = 2 3INST 52.5, MUL1 52.3): per lane 12 ops for its 8 states
+//           (decode8's K = 2 path: four funnel shifts, each window pair cut by one shift and one
+//           PRMT, no masks), per weight 1 IMAD and 1 LOP3 ((x & mask) ^ xr with xr a register),
+//           per pair 2 PRMT + 1 HADD2 (= 40 a tile), 2 HMMA, and ~10 of loads: one pointer per
+//           trellis word advanced by the tile-row stride, x fragments at immediate offsets, whole
+//           groups of U tiles (no tail predicates). Other K keep the generic cut (shift + mask a
+//           state): K = 3 59.5, K = 4 57.8.
 // At one warp instruction per scheduler per clock (132 SMs x 4 x ~1.8 GHz = 0.95e12/s): before
-// ~0.55 TB/s of K = 2 trellis (measured on the H200: ~7% of copy, ~0.3 TB/s), after ~1.09 TB/s,
-// so an expected ~0.6 TB/s (~14% of copy) at the same issue efficiency. The floor of this decode
-// is ~5.5 thread instructions per weight (~44 a tile): K = 2 stays ALU-bound below ~1.2 TB/s,
+// ~0.55 TB/s of K = 2 trellis (measured on the H200: ~7% of copy, ~0.3 TB/s), after ~1.16 TB/s,
+// so an expected ~0.6-0.65 TB/s (~15% of copy) at the same issue efficiency. The floor of this
+// decode is ~5 thread instructions per weight (~40 a tile): K = 2 stays ALU-bound below ~1.5 TB/s,
 // far from the HBM's ~4.3 TB/s; the bytes per weight grow with K and the count barely does, so
 // K >= 6 approaches balance. M does not change the decode: M = 1 and M = 16 cost about the same.
 //
@@ -182,11 +183,25 @@ __device__ __forceinline__ void decode8(const uint32_t (&w)[geom<K>::NW], int o,
 #pragma unroll
     for (int i = 0; i < A; i++) u[i] = __funnelshift_l(w[i + 1], w[i], o);
     uint32_t st[8];
+    if constexpr (K == 2) {
+        // The 8 windows start at bits o, o + 2, .., o + 14 of the two words, and o is 2 or 18
+        // (span_start = 16 lane - 14 mod 512), so v = the 32 bits from o + 2j (one funnel shift,
+        // never past the second word) holds window j at its top (one shift down, no mask) and
+        // window j + 4 in bytes 1-2 (one PRMT, zero-filled): 12 instructions for the 8 states
+        // instead of 16 (a funnel shift, then a shift and a mask each).
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
-        const int i = (j * K) >> 5, s = (j * K) & 31;
-        if (s <= 16) st[j] = (u[i] >> (16 - s)) & 0xffffu;
-        else st[j] = __funnelshift_l(u[i + 1 < A ? i + 1 : A - 1], u[i], s) >> 16;
+        for (int j = 0; j < 4; j++) {
+            const uint32_t v = __funnelshift_l(w[1], w[0], o + 2 * j);
+            st[j] = v >> 16;
+            st[j + 4] = __byte_perm(v, 0u, 0x4421);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int i = (j * K) >> 5, s = (j * K) & 31;
+            if (s <= 16) st[j] = (u[i] >> (16 - s)) & 0xffffu;
+            else st[j] = __funnelshift_l(u[i + 1 < A ? i + 1 : A - 1], u[i], s) >> 16;
+        }
     }
     a[0] = cb_pair<CB>(st[0], st[1], xr);
     a[1] = cb_pair<CB>(st[4], st[5], xr);
