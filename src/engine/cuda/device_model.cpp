@@ -312,15 +312,17 @@ Result<dlinear> device_model::linear(const std::string &name) {
     if (!w_) {  // dummy weights: filled in the stored format
         auto t = dummy(name);
         if (!t) return t.status();
-        void *w = nullptr, *scale = nullptr;
-        DS41RT_RETURN_IF_ERROR(fill(*t.value(), -1, &w, &scale));
-        switch (fmt.value()) {
+        switch (fmt.value()) {  // before filling: a refused format allocates nothing
         case model::storage_format::FP8_BLOCK: L.k = dlinear::kind::FP8; break;
         case model::storage_format::MXFP4: L.k = dlinear::kind::MXFP4; break;
         case model::storage_format::BF16: L.k = dlinear::kind::DENSE; L.wd_bf16 = true; break;
         case model::storage_format::F32: L.k = dlinear::kind::DENSE; break;
-        default: return Status::not_supported(name + ": no dummy GPU linear for this format");
+        default:
+            return Status::not_supported(name + ": stored as " + model::storage_format_name(fmt.value()) +
+                                         ", which has no GPU linear (NVFP4 / EXL3 experts: device_model::nvfp4 / exl3)");
         }
+        void *w = nullptr, *scale = nullptr;
+        DS41RT_RETURN_IF_ERROR(fill(*t.value(), -1, &w, &scale));
         L.bo = cfg_.fp8_block_out;
         L.bi = cfg_.fp8_block_in;
         if (L.k == dlinear::kind::DENSE) L.wd = w;
