@@ -6,7 +6,7 @@
 // of zero, std within 0.5% of dummy_encoding_for's expectation (EXL3: of the expectation for the
 // svh magnitudes drawn, and 3% of the one over draws) and 3% of the target; EXL3 dequantizes through model/exl3's
 // trellis decoder and Hadamard rotations, NVFP4 through core/dtype's E2M1 / E4M3. Determinism:
-// a second fill gives the same bytes, another id other bytes. The fill rate of a 13 GB set is
+// a second fill gives the same bytes, another id other bytes. The fill rate of a 17 GB set is
 // printed (information, never asserted).
 #include <gtest/gtest.h>
 
@@ -234,8 +234,8 @@ TEST_F(CudaDummyFill, WindowsAndRowTails) {
     }
 }
 
-// A 13 GB set (an FP8 projection stack, MXFP4 experts, a BF16 table) filled and timed; printed,
-// never asserted. Skipped when the device cannot hold it.
+// A 17 GB set (an FP8 projection stack, MXFP4, NVFP4 and EXL3 experts, a BF16 table) filled and
+// timed; printed, never asserted. Skipped when the device cannot hold it.
 TEST_F(CudaDummyFill, FillRate) {
     struct item {
         dummy_tensor_desc d;
@@ -245,6 +245,8 @@ TEST_F(CudaDummyFill, FillRate) {
         {dummy_desc(dummy_format::FP8_BLOCK, 1 << 20, 6144, 32, 0.01, 30), "FP8 32x32 [1M, 6144]"},
         {dummy_desc(dummy_format::MXFP4, 1 << 20, 10240, 32, 0.01, 31), "MXFP4 [1M, 10240]"},
         {dummy_desc(dummy_format::BF16, 129280, 5120, 1, 1.0, 32), "BF16 [129280, 5120]"},
+        {nvfp4_desc(1 << 20, 5120, 33), "NVFP4 [1M, 5120]"},
+        {exl3_desc(1 << 20, 5120, 34), "EXL3 K2 [out 1M, in 5120]"},
     };
     double total = 0, total_ms = 0;
     for (const item &it : items) {
