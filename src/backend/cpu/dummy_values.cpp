@@ -150,13 +150,14 @@ Status choose_nvfp4(const dummy_tensor_desc &d, dummy_layout *L) {
     const float ws2 = float(d.std / std::sqrt(code_ms * scale_ms));
     if (!(ws2 > 0) || !std::isfinite(ws2))
         return Status::invalid_argument(label(d) + "std " + std::to_string(d.std) + " gives no finite fp32 weight_scale_2");
-    if (!(d.input_amax > 0) || !std::isfinite(float(d.input_amax / 2688)) || !(float(d.input_amax / 2688) > 0))
+    const float input_scale = float(d.input_amax / (6.0 * 448.0));  // ModelOpt: amax / (E2M1 max x E4M3 max)
+    if (!(input_scale > 0) || !std::isfinite(input_scale))
         return Status::invalid_argument(label(d) + "input_amax " + std::to_string(d.input_amax) + " (> 0, finite)");
     L->enc.code_std = sigma;
     L->enc.expected_mean = 0;
     L->enc.expected_std = double(ws2) * std::sqrt(code_ms * scale_ms);
     L->enc.weight_scale_2 = ws2;
-    L->enc.input_scale = float(d.input_amax / (6.0 * 448.0));
+    L->enc.input_scale = input_scale;
     return Status::ok();
 }
 
