@@ -34,6 +34,7 @@ namespace {
 
 struct bench_args {
     std::string model, model_type, load_format = "dummy", numerics = "official", out = ".", commit = "unknown";
+    std::string quant = "official";  // with --model-type: the routed experts' publication
     int layers = -1, context = 128, decode_steps = 16;
     uint64_t seed = 1;
     std::string concurrency = "1,4,16", prefill = "512,2048";
@@ -88,7 +89,10 @@ int run_bench(const bench_args &a, const std::string &command_line) {
     auto secs = [](auto d) { return std::chrono::duration<double>(d).count(); };
     model::model_config cfg;
     if (!a.model_type.empty()) {
-        auto c = model::flash_config(a.model_type == "v4" ? model::arch::V4 : model::arch::V41);
+        const model::expert_quant q = a.quant == "nvfp4" ? model::expert_quant::NVFP4
+                                      : a.quant == "exl3"  ? model::expert_quant::EXL3
+                                                           : model::expert_quant::OFFICIAL;
+        auto c = model::flash_config(a.model_type == "v4" ? model::arch::V4 : model::arch::V41, q);
         if (!c) return fmt::print(stderr, "bench: {}\n", c.status().to_string()), 1;
         cfg = c.value();
     } else {
@@ -129,6 +133,7 @@ int run_bench(const bench_args &a, const std::string &command_line) {
     j["commit"] = a.commit;
     j["command"] = command_line;
     j["model"] = a.model_type.empty() ? a.model : "built-in " + a.model_type + " Flash config";
+    j["routed_experts"] = model::expert_quant_name(c.routed_quant);
     j["load_format"] = a.load_format;
     j["numerics"] = a.numerics;
     j["layers"] = c.n_layers;
@@ -270,6 +275,11 @@ void register_bench(CLI::App &app, command_list &cmds) {
     auto *mt = sub->add_option("--model-type", args->model_type, "built-in full-size config: v41 (or v4)")
                    ->check(CLI::IsMember({"v41", "v4"}));
     sub->add_option("--model", args->model, "checkpoint directory (or a directory with a config.json)")->excludes(mt);
+    sub->add_option("--quant", args->quant,
+                    "with --model-type: routed experts as official (MXFP4, default), nvfp4 (ModelOpt) or exl3 "
+                    "(K=2 MCG), the publication's quantization_config")
+        ->check(CLI::IsMember({"official", "nvfp4", "exl3"}))
+        ->needs(mt);
     sub->add_option("--load-format", args->load_format, "dummy (random full-size weights, default) or checkpoint")
         ->check(CLI::IsMember({"dummy", "checkpoint"}));
     sub->add_option("--layers", args->layers, "dummy weights: the first N layers only (-1: all)");

@@ -2,8 +2,12 @@
 // entry with its stored bytes, scale grid, fill rule and id.
 #include "model/dummy_weights.h"
 
+#include <array>
 #include <cmath>
 #include <string_view>
+
+#include "core/dtype.h"
+#include "model/exl3.h"
 
 namespace ds41rt::model {
 
@@ -42,6 +46,22 @@ uint64_t dummy_tensor_id(const std::string &name) {
     return h;
 }
 
+double exl3_codebook_rms(exl3_codebook cb) {
+    static const std::array<double, 3> rms = [] {
+        std::array<double, 3> r{};
+        for (int k = 0; k < 3; k++) {
+            double ms = 0;
+            for (uint32_t s = 0; s < 65536; s++) {
+                const double v = f16_to_f32(exl3_codebook_value(uint16_t(s), exl3_codebook(k)));
+                ms += v * v;
+            }
+            r[size_t(k)] = std::sqrt(ms / 65536);
+        }
+        return r;
+    }();
+    return rms[size_t(cb)];
+}
+
 Result<dummy_rule> dummy_rule_for(const catalog_entry &e, const model_config &c) {
     const std::string_view name = e.name, last = leaf(name);
     if (e.format == storage_format::I64) {
@@ -76,9 +96,6 @@ Result<dummy_plan> plan_dummy_weights(const model_config &c, int layers) {
     p.layers = layers < 0 ? c.n_layers : layers;
     for (catalog_entry &e : build_catalog(c, catalog_scope::TEXT)) {
         if (e.layer >= p.layers) continue;  // globals have layer -1
-        if (e.format == storage_format::NVFP4 || e.format == storage_format::EXL3)
-            return Status::not_supported("dummy weights: " + e.name + " is stored as " + storage_format_name(e.format) +
-                                         "; dummy fills exist for the official formats only");
         dummy_tensor t;
         auto rule = dummy_rule_for(e, c);
         if (!rule) return rule.status();
@@ -91,6 +108,14 @@ Result<dummy_plan> plan_dummy_weights(const model_config &c, int layers) {
         } else if (e.format == storage_format::MXFP4 || e.format == storage_format::ENGRAM_TABLE) {
             t.block_out = 1;
             t.block_in = 32;
+        } else if (e.format == storage_format::NVFP4) {
+            t.block_out = 1;
+            t.block_in = 16;
+            t.input_amax = DUMMY_NVFP4_INPUT_AMAX;
+        } else if (e.format == storage_format::EXL3) {
+            t.block_out = t.block_in = int(exl3_block);
+            t.exl3_bits = c.exl3_bits > 0 ? c.exl3_bits : 2;
+            t.exl3_code_rms = exl3_codebook_rms(c.exl3_cb);
         }
         t.id = dummy_tensor_id(e.name);
         t.entry = std::move(e);

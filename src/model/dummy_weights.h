@@ -25,10 +25,17 @@
 // With doubly-stochastic combination the residual streams grow only as sqrt(layers) (each
 // sublayer adds an O(1) vector in a random direction), far inside BF16 / FP32 range.
 //
+// The quantized publications' routed experts get the official experts' N(0, 1/fan_in) in their
+// own stored form: NVFP4 (ModelOpt: E2M1 codes, E4M3 per-16 scales, weight_scale_2, and an
+// input_scale standing for an activation amax of DUMMY_NVFP4_INPUT_AMAX, the same for w1 and w3
+// as the loader demands) and EXL3 (random trellis bits of the config's K, suh / svh signs and
+// magnitudes, the config's codebook flag).
+//
 // To the filler's descriptor (backend/cpu/dummy_values.h), field for field: format FP8_BLOCK and
-// ENGRAM_TABLE -> FP8_BLOCK, MXFP4 -> MXFP4, BF16 / F32 / I64 the same; rows x cols = the logical
+// ENGRAM_TABLE -> FP8_BLOCK, MXFP4 / NVFP4 / EXL3 the same, BF16 / F32 / I64 the same; rows x cols = the logical
 // shape ([n] is 1 x n); block_out / block_in; NORMAL -> NORMAL with std, CONSTANT -> CONSTANT with
-// mean = value, EXPERT_IDS -> INDEX with index_range = id_range; id; name = entry.name.
+// mean = value, EXPERT_IDS -> INDEX with index_range = id_range; id; name = entry.name; NVFP4's
+// input_amax, EXL3's exl3_bits and exl3_code_rms.
 //
 // Thread safety: free functions without shared state.
 #pragma once
@@ -62,7 +69,11 @@ struct dummy_tensor {
     catalog_entry entry;               // name, role, storage format, logical shape, layer, part
     std::vector<stored_tensor> stored; // what a checkpoint file would hold: weight, then .scale
     uint64_t bytes = 0;                // of all stored tensors
-    int block_out = 1, block_in = 1;   // scale grid: FP8 blocks from the config, MXFP4 and Engram rows 1 x 32
+    int block_out = 1, block_in = 1;   // scale grid: FP8 blocks from the config, MXFP4 and Engram rows 1 x 32,
+                                       // NVFP4 1 x 16, EXL3 128 x 128 (Hadamard blocks)
+    double input_amax = 0;             // NVFP4: the activation amax input_scale stands for
+    int exl3_bits = 0;                 // EXL3: trellis K
+    double exl3_code_rms = 0;          // EXL3: RMS of the config's codebook over all 2^16 states
     dummy_rule rule;
     uint64_t id = 0;                   // dummy_tensor_id(entry.name)
 };
@@ -75,14 +86,20 @@ struct dummy_plan {
 };
 
 // The text part's tensors of c for the first `layers` target layers (-1: all; 0 keeps only
-// embed, head, final norm and hc_head). INVALID_ARGUMENT for layers outside -1..n_layers;
-// NOT_SUPPORTED for a publication whose routed experts are not in an official format (NVFP4,
-// EXL3: dummy weights for those come with their kernels).
+// embed, head, final norm and hc_head). INVALID_ARGUMENT for layers outside -1..n_layers. The
+// routed experts take the config's storage: official MXFP4, NVFP4 or EXL3.
 Result<dummy_plan> plan_dummy_weights(const model_config &c, int layers = -1);
 
 // The fill rule of one catalog entry (any part: text, MTP, vision); NOT_SUPPORTED naming the
 // tensor when no rule covers it, so a new catalog row cannot slip through without one.
 Result<dummy_rule> dummy_rule_for(const catalog_entry &e, const model_config &c);
+
+// NVFP4 dummy experts' activation amax: unit-RMS expert inputs (and SwiGLU outputs of O(1)) stay
+// below it, so the per-16 activation scales do not saturate.
+constexpr double DUMMY_NVFP4_INPUT_AMAX = 16.0;
+
+// The RMS of an EXL3 codebook's value over all 2^16 states (what random trellis bits decode to).
+double exl3_codebook_rms(exl3_codebook cb);
 
 // The fill's tensor id: FNV-1a (64-bit) of the stored name, independent of order and --layers.
 uint64_t dummy_tensor_id(const std::string &name);

@@ -1,6 +1,8 @@
 // Built-in full-size configs (see flash_configs.h). Keep them equal to tests/fixtures/configs/.
 #include "model/flash_configs.h"
 
+#include <nlohmann/json.hpp>
+
 namespace ds41rt::model {
 
 namespace {
@@ -157,6 +159,46 @@ const char *flash_config_json(arch a) { return a == arch::V4 ? V4_FLASH : V41_FL
 Result<model_config> flash_config(arch a) {
     Result<model_config> c = parse_config(flash_config_json(a));
     if (!c) return c;
+    Status st = validate(*c);
+    if (!st) return st;
+    return c;
+}
+
+Result<model_config> flash_config(arch a, expert_quant q) {
+    if (q == expert_quant::OFFICIAL) return flash_config(a);
+    nlohmann::json j = nlohmann::json::parse(flash_config_json(a));
+    const nlohmann::json official = j["quantization_config"];
+    const int layers = j.contains("text_config") ? j["text_config"].value("num_hidden_layers", 0)
+                                                 : j.value("num_hidden_layers", 0);
+    nlohmann::json qc;
+    if (q == expert_quant::NVFP4) {
+        qc = official;
+        qc["quant_algo"] = "MIXED_PRECISION";
+        qc["moe_quant_algo"] = "NVFP4";
+        qc["expert_dtype"] = "fp4";
+        qc["group_size"] = 16;
+        qc["kv_cache_quant_algo"] = nullptr;
+        qc["ignore"] = {"*.attn.*", "*.ffn.shared_experts.*", "head", "mtp.*"};
+        qc["producer"] = {{"name", "modelopt"}, {"version", "0.47.0rc0"}};
+        nlohmann::json ql = nlohmann::json::object();
+        for (int l = 0; l < layers; l++)
+            ql["layers." + std::to_string(l) + ".ffn.experts"] = {{"quant_algo", "NVFP4"}, {"group_size", 16}};
+        qc["quantized_layers"] = ql;
+        const nlohmann::json part = {{"num_bits", 4}, {"type", "float"}, {"group_size", 16}, {"dynamic", false}};
+        qc["config_groups"] = {{"group_0", {{"targets", {"Linear"}}, {"weights", part}, {"input_activations", part}}}};
+    } else {
+        nlohmann::json nr = official;
+        nr["quant_method"] = "deepseek_v4_fp8";
+        qc = {{"quant_method", "exl3"}, {"bits", 2}, {"codebook", "mcg"}, {"mtp_experts", "source"},
+              {"mtp_experts_start_layer", layers}, {"non_routed_quantization", nr}};
+        if (official.contains("weight_block_size")) qc["weight_block_size"] = official["weight_block_size"];
+    }
+    j["quantization_config"] = qc;
+    Result<model_config> c = parse_config(j.dump());
+    if (!c) return c;
+    if (c->routed_quant != q)
+        return Status::internal(std::string("built-in ") + expert_quant_name(q) + " config was read as " +
+                                expert_quant_name(c->routed_quant));
     Status st = validate(*c);
     if (!st) return st;
     return c;

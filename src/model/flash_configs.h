@@ -15,5 +15,12 @@ namespace ds41rt::model {
 const char *flash_config_json(arch a);
 // The same, parsed and validated.
 Result<model_config> flash_config(arch a);
+// The same with the routed experts of one of the quantized publications (`ds41rt bench --quant`,
+// dummy weights of their real shapes): the config text with quantization_config replaced by the
+// block the publication ships (nvidia/DeepSeek-V4.1-Flash-NVFP4 for NVFP4; diffbot's
+// DeepSeek-V4.1-Flash-EXL3-2.0bpw for EXL3, K = 2, MCG; spec quant-formats 1.2 and 2.2), then read by
+// the same parser as a checkpoint's, so the format is detected as it would be at open.
+// OFFICIAL gives flash_config(a).
+Result<model_config> flash_config(arch a, expert_quant q);
 
 }  // namespace ds41rt::model

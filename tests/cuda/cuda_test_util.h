@@ -1,8 +1,13 @@
 // Helpers shared by the GPU tests and the GPU benchmark: random quantized weights in the
-// checkpoint formats and their CPU dequantization (from core/dtype, independent of the kernels).
+// checkpoint formats and their CPU dequantization (from core/dtype, independent of the kernels),
+// and the decode GEMVs' bandwidth harness (copy rate, graph-replay timing, zeroed workspaces).
 #pragma once
 
+#include <cuda_runtime.h>
+
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -95,6 +100,92 @@ inline std::vector<float> random_normal(size_t n, uint32_t seed) {
     std::vector<float> v(n);
     for (auto &x : v) x = d(rng);
     return v;
+}
+
+// ---- decode-GEMV bandwidth harness -----------------------------------------------------------
+
+// Device memory freed on scope exit (a failed cudaMalloc leaves p null; the test's next CUDA call
+// reports it).
+struct device_buffer {
+    void *p = nullptr;
+    explicit device_buffer(size_t n) {
+        if (cudaMalloc(&p, n) != cudaSuccess) p = nullptr;
+    }
+    ~device_buffer() { cudaFree(p); }
+    device_buffer(const device_buffer &) = delete;
+    device_buffer &operator=(const device_buffer &) = delete;
+    template <typename T> T *as() const { return static_cast<T *>(p); }
+};
+
+// Device-to-device copy rate in bytes per second, counting bytes read plus bytes written: the
+// median of 10 copies of 1 GiB after 2 warm-ups. What the GEMVs' bandwidth is judged against.
+inline double copy_bandwidth() {
+    const size_t n = size_t(1) << 30;
+    device_buffer a(n), b(n);
+    cudaMemset(a.p, 1, n);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    std::vector<float> ms;
+    for (int i = 0; i < 12; i++) {
+        cudaEventRecord(e0);
+        cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice);
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        float t = 0;
+        cudaEventElapsedTime(&t, e0, e1);
+        if (i >= 2) ms.push_back(t);
+    }
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    std::sort(ms.begin(), ms.end());
+    return 2.0 * double(n) / (double(ms[ms.size() / 2]) * 1e-3);
+}
+
+// `copies` zeroed workspaces of `bytes` (at least 1): one per weight copy of a bandwidth run, so
+// the split-K counters of the launches never meet.
+inline std::vector<std::unique_ptr<device_buffer>> zeroed_workspaces(int copies, size_t bytes) {
+    std::vector<std::unique_ptr<device_buffer>> ws;
+    bytes = std::max<size_t>(bytes, 1);
+    for (int c = 0; c < copies; c++) {
+        ws.push_back(std::make_unique<device_buffer>(bytes));
+        cudaMemset(ws.back()->p, 0, bytes);
+    }
+    return ws;
+}
+
+// Milliseconds per launch: `launches` launches, enqueue(stream, c) for c = 0..launches-1 (each on
+// its own weight copy, so none finds its weights in L2: decode streams every weight once per
+// token), captured in one CUDA graph and replayed `replays` times after 3 warm-ups; the median
+// replay over `launches`. Negative if capture, instantiation or a replay failed, or enqueue
+// returned false.
+template <class Enqueue>
+double graph_median_ms(int launches, int replays, Enqueue enqueue) {
+    cudaStream_t s;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return -1;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    bool ok = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+    for (int c = 0; ok && c < launches; c++) ok = enqueue(s, c);
+    ok = cudaStreamEndCapture(s, &graph) == cudaSuccess && ok;
+    ok = ok && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+    std::vector<float> ms;
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    for (int r = 0; ok && r < replays + 3; r++) {
+        cudaEventRecord(e0, s);
+        cudaGraphLaunch(exec, s);
+        cudaEventRecord(e1, s);
+        ok = cudaEventSynchronize(e1) == cudaSuccess;
+        float t = 0;
+        cudaEventElapsedTime(&t, e0, e1);
+        if (r >= 3) ms.push_back(t / float(launches));
+    }
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    cudaStreamDestroy(s);
+    if (!ok || ms.empty()) return -1;
+    std::sort(ms.begin(), ms.end());
+    return double(ms[ms.size() / 2]);
 }
 
 }  // namespace ds41rt::testing_util

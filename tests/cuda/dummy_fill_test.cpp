@@ -3,8 +3,10 @@
 // bytes, codes and scales, for whole tensors and block-aligned windows. Device buffers are
 // poisoned with 0xff first (NaN in every format), so an unwritten byte fails. The stored bytes are
 // also dequantized on the host with core/dtype's decoders: no NaN / Inf, mean within 1% of the std
-// of zero, std within 0.5% of dummy_encoding_for's expectation and 3% of the target. Determinism:
-// a second fill gives the same bytes, another id other bytes. The fill rate of a 13 GB set is
+// of zero, std within 0.5% of dummy_encoding_for's expectation (EXL3: of the expectation for the
+// svh magnitudes drawn, and 3% of the one over draws) and 3% of the target; EXL3 dequantizes through model/exl3's
+// trellis decoder and Hadamard rotations, NVFP4 through core/dtype's E2M1 / E4M3. Determinism:
+// a second fill gives the same bytes, another id other bytes. The fill rate of a 17 GB set is
 // printed (information, never asserted).
 #include <gtest/gtest.h>
 
@@ -14,6 +16,8 @@
 
 #include "../unit/dummy_stats.h"
 #include "backend/cuda/dummy_fill.cuh"
+#include "core/dtype.h"
+#include "model/exl3.h"
 #include "small_ops_util.h"
 
 using namespace ds41rt;
@@ -84,7 +88,16 @@ void check_against_cpu(const dummy_tensor_desc &d, const char *what) {
     EXPECT_EQ(m.non_finite, 0u) << what;
     if (d.dist != dummy_dist::CONSTANT) {
         EXPECT_LT(std::fabs(m.mean - d.mean), 0.01 * d.std) << what;
-        EXPECT_NEAR(m.std, enc.value().expected_std, 0.005 * enc.value().expected_std) << what;
+        if (d.format == dummy_format::EXL3) {  // the expectation for the svh magnitudes drawn, and over draws
+            const uint16_t *svh = reinterpret_cast<const uint16_t *>(g.s.data()) + d.cols;
+            double sv2 = 0;
+            for (int64_t j = 0; j < d.rows; j++) sv2 += double(f16_to_f32(svh[j])) * f16_to_f32(svh[j]) / double(d.rows);
+            const double drawn = double(f16_to_f32(enc.value().suh_bits)) * std::sqrt(sv2) * d.exl3_code_rms;
+            EXPECT_NEAR(m.std, drawn, 0.005 * drawn) << what;
+            EXPECT_NEAR(m.std, enc.value().expected_std, 0.03 * enc.value().expected_std) << what;
+        } else {
+            EXPECT_NEAR(m.std, enc.value().expected_std, 0.005 * enc.value().expected_std) << what;
+        }
         EXPECT_NEAR(m.std, d.std, 0.03 * d.std) << what;
     }
     EXPECT_TRUE(gpu_fill(d, 42).w == g.w) << what << ": same seed and id, other bytes";
@@ -119,6 +132,63 @@ TEST_F(CudaDummyFill, EngramRows) {  // Engram table rows [rows, 256] (256K of t
 TEST_F(CudaDummyFill, Mxfp4Experts) {  // V4.1 routed experts w1 [2304, 5120] and w2 [5120, 2304]
     check_against_cpu(dummy_desc(dummy_format::MXFP4, 2304, 5120, 32, 1 / std::sqrt(5120.0), 10), "MXFP4 w1");
     check_against_cpu(dummy_desc(dummy_format::MXFP4, 5120, 2304, 32, 1 / std::sqrt(2304.0), 11), "MXFP4 w2");
+}
+
+// The quantized publications' routed experts at V4.1 shapes (spec quant-formats 1.3, 3).
+dummy_tensor_desc nvfp4_desc(int64_t out, int64_t in, uint64_t id) {
+    dummy_tensor_desc d = dummy_desc(dummy_format::NVFP4, out, in, 16, 1 / std::sqrt(double(in)), id);
+    d.block_out = 1;
+    return d;
+}
+
+dummy_tensor_desc exl3_desc(int64_t out, int64_t in, uint64_t id) {
+    dummy_tensor_desc d = dummy_desc(dummy_format::EXL3, out, in, 128, 1 / std::sqrt(double(in)), id);
+    d.exl3_bits = 2;
+    // RMS of the MCG codebook over all 2^16 states (model::exl3_codebook_rms; spec 2.4: std 1.2441).
+    double ms = 0;
+    for (uint32_t st = 0; st < 65536; st++) {
+        const double v = f16_to_f32(model::exl3_codebook_value(uint16_t(st), model::exl3_codebook::MCG));
+        ms += v * v;
+    }
+    d.exl3_code_rms = std::sqrt(ms / 65536);
+    return d;
+}
+
+TEST_F(CudaDummyFill, Nvfp4Experts) {  // w1 U8 [2304, 2560] + E4M3 [2304, 320]; w2 [5120, 1152] + [5120, 144]
+    check_against_cpu(nvfp4_desc(2304, 5120, 12), "NVFP4 w1");
+    check_against_cpu(nvfp4_desc(5120, 2304, 13), "NVFP4 w2");
+    auto enc = cuda::dummy_encoding_for(nvfp4_desc(2304, 5120, 12));
+    ASSERT_TRUE(enc.is_ok());
+    std::printf("[ info ] NVFP4 w1 scalars: weight_scale_2 %.6g, input_scale %.6g\n", enc.value().weight_scale_2,
+                enc.value().input_scale);
+}
+
+TEST_F(CudaDummyFill, Exl3Experts) {  // trellis I16 [320, 144, 32] + suh [5120] + svh [2304]; w2 transposed
+    check_against_cpu(exl3_desc(2304, 5120, 14), "EXL3 K2 w1");
+    check_against_cpu(exl3_desc(5120, 2304, 15), "EXL3 K2 w2");
+    dummy_tensor_desc k3 = exl3_desc(512, 768, 16);
+    k3.exl3_bits = 3;  // 48 words a tile: the 16-byte chunks straddle no tile
+    check_against_cpu(k3, "EXL3 K3 small");
+}
+
+TEST_F(CudaDummyFill, QuantizedExpertWindows) {  // TP slices: 128-channel EXL3 blocks, NVFP4 16-blocks
+    struct win {
+        dummy_tensor_desc d;
+        int64_t r0, nr, c0, nc;
+        const char *what;
+    };
+    const dummy_tensor_desc e1 = exl3_desc(2304, 5120, 17), e2 = exl3_desc(5120, 2304, 18);
+    const dummy_tensor_desc n1 = nvfp4_desc(2304, 5120, 19);
+    for (const win &t : {win{e1, 1152, 1152, 0, -1, "EXL3 w1 TP2 rank 1 (outputs 1152..)"},
+                         win{e2, 0, -1, 1280, 512, "EXL3 w2 TP4 rank 2 (inputs 1280..1791)"},
+                         win{n1, 576, 576, 0, -1, "NVFP4 w1 TP4 rank 1"}, win{n1, 8, 8, 48, 80, "NVFP4 odd window"}}) {
+        dummy_tensor_desc w = t.d;
+        w.row0 = t.r0;
+        w.nrows = t.nr;
+        w.col0 = t.c0;
+        w.ncols = t.nc;
+        check_against_cpu(w, t.what);
+    }
 }
 
 TEST_F(CudaDummyFill, PlainFormats) {
@@ -164,8 +234,8 @@ TEST_F(CudaDummyFill, WindowsAndRowTails) {
     }
 }
 
-// A 13 GB set (an FP8 projection stack, MXFP4 experts, a BF16 table) filled and timed; printed,
-// never asserted. Skipped when the device cannot hold it.
+// A 17 GB set (an FP8 projection stack, MXFP4, NVFP4 and EXL3 experts, a BF16 table) filled and
+// timed; printed, never asserted. Skipped when the device cannot hold it.
 TEST_F(CudaDummyFill, FillRate) {
     struct item {
         dummy_tensor_desc d;
@@ -175,6 +245,8 @@ TEST_F(CudaDummyFill, FillRate) {
         {dummy_desc(dummy_format::FP8_BLOCK, 1 << 20, 6144, 32, 0.01, 30), "FP8 32x32 [1M, 6144]"},
         {dummy_desc(dummy_format::MXFP4, 1 << 20, 10240, 32, 0.01, 31), "MXFP4 [1M, 10240]"},
         {dummy_desc(dummy_format::BF16, 129280, 5120, 1, 1.0, 32), "BF16 [129280, 5120]"},
+        {nvfp4_desc(1 << 20, 5120, 33), "NVFP4 [1M, 5120]"},
+        {exl3_desc(1 << 20, 5120, 34), "EXL3 K2 [out 1M, in 5120]"},
     };
     double total = 0, total_ms = 0;
     for (const item &it : items) {

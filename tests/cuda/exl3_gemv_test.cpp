@@ -37,12 +37,7 @@ using namespace ds41rt::backend;
 
 namespace {
 
-struct dev_buf {
-    void *p = nullptr;
-    explicit dev_buf(size_t n) { EXPECT_EQ(cudaMalloc(&p, n), cudaSuccess); }
-    ~dev_buf() { cudaFree(p); }
-    template <typename T> T *as() const { return static_cast<T *>(p); }
-};
+using dev_buf = testing_util::device_buffer;
 
 // One EXL3 linear as the synthetic generator of spec 2.10 makes it: random trellis bits,
 // suh = +-U(0.5, 1.5) * 0.01, svh = +-U(0.5, 1.5) with one zero channel.
@@ -275,27 +270,6 @@ TEST_F(CudaExl3Gemv, plan_rejects_bad_shapes) {
 
 // ---- informational bandwidth -------------------------------------------------------------------
 
-double copy_bandwidth() {
-    const size_t n = size_t(1) << 30;
-    dev_buf a(n), b(n);
-    cudaMemset(a.p, 1, n);
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0), cudaEventCreate(&e1);
-    std::vector<float> ms;
-    for (int i = 0; i < 12; i++) {
-        cudaEventRecord(e0);
-        cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice);
-        cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
-        float t = 0;
-        cudaEventElapsedTime(&t, e0, e1);
-        if (i >= 2) ms.push_back(t);
-    }
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
-    std::sort(ms.begin(), ms.end());
-    return 2.0 * double(n) / (double(ms[ms.size() / 2]) * 1e-3);  // bytes read + written
-}
-
 // One launch over `nmat` linears (in, out) at K = 2 MCG on one x, COPIES weight copies rotating so
 // no launch finds its trellis in L2, all captured in one CUDA graph; median per launch. Bytes are
 // the format's own: K / 8 per weight plus suh and svh.
@@ -328,44 +302,21 @@ void bench(const cuda::device_info &dev, const char *name, int nmat, int in, int
     }
     size_t ws_bytes = 1;
     for (const auto &p : plans) ws_bytes = std::max(ws_bytes, p.workspace_bytes);
-    std::vector<std::unique_ptr<dev_buf>> ws;
-    for (int c = 0; c < COPIES; c++) {
-        ws.push_back(std::make_unique<dev_buf>(ws_bytes));
-        cudaMemset(ws.back()->p, 0, ws_bytes);
-    }
-    cudaStream_t s;
-    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    for (int c = 0; c < COPIES; c++) ASSERT_TRUE(cuda::run_exl3_gemv(plans[size_t(c)], ws[size_t(c)]->p, s).is_ok());
-    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0), cudaEventCreate(&e1);
-    std::vector<float> ms;
-    for (int r = 0; r < REPLAYS + 3; r++) {
-        cudaEventRecord(e0, s);
-        cudaGraphLaunch(exec, s);
-        cudaEventRecord(e1, s);
-        ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
-        float t = 0;
-        cudaEventElapsedTime(&t, e0, e1);
-        if (r >= 3) ms.push_back(t / COPIES);
-    }
-    std::sort(ms.begin(), ms.end());
-    const double us = double(ms[ms.size() / 2]) * 1e3;
+    const auto ws = testing_util::zeroed_workspaces(COPIES, ws_bytes);
+    const double ms = testing_util::graph_median_ms(COPIES, REPLAYS, [&](cudaStream_t s, int c) {
+        return cuda::run_exl3_gemv(plans[size_t(c)], ws[size_t(c)]->p, s).is_ok();
+    });
+    ASSERT_GT(ms, 0) << name << ": graph capture or replay failed";
+    const double us = ms * 1e3;
     const double bytes = double(nmat) * (double(in) * out * K / 8.0 + 2.0 * (in + out));
     const double gbps = bytes / (us * 1e-6) / 1e9;
     std::printf("[ exl3 bw  ] %-26s K%d M%-2d ks %2d %6.1f MB  %7.2f us  %6.0f GB/s  = %4.1f%% of copy %.0f GB/s  %.2f Tweights/s\n",
                 name, K, M, plans[0].ksplit[0], bytes / 1e6, us, gbps, 100.0 * gbps * 1e9 / copy_bw, copy_bw / 1e9,
                 double(nmat) * in * out / (us * 1e-6) / 1e12);
-    cudaGraphExecDestroy(exec), cudaGraphDestroy(graph), cudaStreamDestroy(s);
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
 }
 
 TEST_F(CudaExl3Gemv, bandwidth_informational) {
-    const double copy_bw = copy_bandwidth();
+    const double copy_bw = testing_util::copy_bandwidth();
     for (int M : {1, 16}) {
         bench(dev_, "v41 w1 alone", 1, 5120, 2304, M, copy_bw);
         bench(dev_, "v41 6 experts w1+w3", 12, 5120, 2304, M, copy_bw);

@@ -46,14 +46,7 @@ namespace {
 using testing_util::nvfp4_weight;
 using testing_util::random_nvfp4;
 
-struct dev_buf {
-    void *p = nullptr;
-    explicit dev_buf(size_t n) { EXPECT_EQ(cudaMalloc(&p, n), cudaSuccess); }
-    ~dev_buf() { cudaFree(p); }
-    dev_buf(const dev_buf &) = delete;
-    dev_buf &operator=(const dev_buf &) = delete;
-    template <typename T> T *as() const { return static_cast<T *>(p); }
-};
+using dev_buf = testing_util::device_buffer;
 
 // bf16 rows N(0, 1), with every 7th 16-block scaled by 1e-6 and every 11th by 1e3.
 std::vector<float> random_rows(int M, int K, uint32_t seed) {
@@ -275,27 +268,6 @@ TEST_F(CudaNvfp4Gemv, rejects_bad_input) {
 
 // ---- informational bandwidth -------------------------------------------------------------------
 
-double copy_bandwidth() {
-    const size_t n = size_t(1) << 30;
-    dev_buf a(n), b(n);
-    cudaMemset(a.p, 1, n);
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0), cudaEventCreate(&e1);
-    std::vector<float> ms;
-    for (int i = 0; i < 12; i++) {
-        cudaEventRecord(e0);
-        cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice);
-        cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
-        float t = 0;
-        cudaEventElapsedTime(&t, e0, e1);
-        if (i >= 2) ms.push_back(t);
-    }
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
-    std::sort(ms.begin(), ms.end());
-    return 2.0 * double(n) / (double(ms[ms.size() / 2]) * 1e-3);
-}
-
 // Times one launch over `nmat` matrices N x K (M rows, one shared x), with COPIES copies of the
 // weights rotating so no launch finds its weights in L2 (decode streams every weight once per
 // token), all captured in one CUDA graph; median of the replays per launch.
@@ -327,43 +299,20 @@ void bench(const cuda::device_info &dev, const char *name, int nmat, int N, int 
     }
     size_t ws_bytes = 1;
     for (const auto &p : plans) ws_bytes = std::max(ws_bytes, p.workspace_bytes);
-    std::vector<std::unique_ptr<dev_buf>> ws;
-    for (int c = 0; c < COPIES; c++) {
-        ws.push_back(std::make_unique<dev_buf>(ws_bytes));
-        cudaMemset(ws.back()->p, 0, ws_bytes);
-    }
-    cudaStream_t s;
-    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    for (int c = 0; c < COPIES; c++) ASSERT_TRUE(cuda::run_nvfp4_gemv(plans[size_t(c)], ws[size_t(c)]->p, s).is_ok());
-    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0), cudaEventCreate(&e1);
-    std::vector<float> ms;
-    for (int r = 0; r < REPLAYS + 3; r++) {
-        cudaEventRecord(e0, s);
-        cudaGraphLaunch(exec, s);
-        cudaEventRecord(e1, s);
-        ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
-        float t = 0;
-        cudaEventElapsedTime(&t, e0, e1);
-        if (r >= 3) ms.push_back(t / COPIES);
-    }
-    std::sort(ms.begin(), ms.end());
-    const double us = double(ms[ms.size() / 2]) * 1e3;
+    const auto ws = testing_util::zeroed_workspaces(COPIES, ws_bytes);
+    const double ms = testing_util::graph_median_ms(COPIES, REPLAYS, [&](cudaStream_t s, int c) {
+        return cuda::run_nvfp4_gemv(plans[size_t(c)], ws[size_t(c)]->p, s).is_ok();
+    });
+    ASSERT_GT(ms, 0) << name << ": graph capture or replay failed";
+    const double us = ms * 1e3;
     const double bytes = double(nmat) * N * double(K) * (0.5 + 1.0 / 16.0);
     const double gbps = bytes / (us * 1e-6) / 1e9;
     std::printf("[ nvfp4 bw] %-28s M%-2d %6.1f MB  %7.2f us  %6.0f GB/s  = %4.1f%% of copy %.0f GB/s\n", name, M,
                 bytes / 1e6, us, gbps, 100.0 * gbps * 1e9 / copy_bw, copy_bw / 1e9);
-    cudaGraphExecDestroy(exec), cudaGraphDestroy(graph), cudaStreamDestroy(s);
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
 }
 
 TEST_F(CudaNvfp4Gemv, bandwidth_informational) {
-    const double copy_bw = copy_bandwidth();
+    const double copy_bw = testing_util::copy_bandwidth();
     for (int M : {1, 16}) {
         bench(dev_, "v41 6 experts w1+w3", 12, 2304, 5120, M, copy_bw);
         bench(dev_, "v41 6 experts w2", 6, 5120, 2304, M, copy_bw);

@@ -11,6 +11,7 @@
 
 #include "backend/cpu/dummy_values.h"
 #include "core/dtype.h"
+#include "model/exl3.h"
 
 namespace ds41rt::testing_util {
 
@@ -42,11 +43,35 @@ inline moments stats(const std::vector<float> &v) {
 }
 
 // The [rows, cols] values of a whole-tensor fill: FP8 codes on the descriptor's scale grid, MXFP4
-// (1 x 32), BF16 or F32.
-inline std::vector<float> dummy_dequant(const backend::cpu::dummy_tensor_desc &d, const dummy_bytes_host &f) {
+// (1 x 32), NVFP4 (E4M3 per 16, times weight_scale_2 from the encoding), BF16 or F32. EXL3: the
+// [cols = in, rows = out] weight W (y = x W) through model/exl3's decoder with the Hadamard
+// rotations (codebook cb).
+inline std::vector<float> dummy_dequant(const backend::cpu::dummy_tensor_desc &d, const dummy_bytes_host &f,
+                                        model::exl3_codebook cb = model::exl3_codebook::MCG) {
     using backend::cpu::dummy_format;
     const int64_t rows = d.rows, cols = d.cols;
     std::vector<float> v(size_t(rows * cols));
+    if (d.format == dummy_format::EXL3) {
+        model::exl3_linear l;
+        l.in = cols;
+        l.out = rows;
+        l.k = d.exl3_bits;
+        l.cb = cb;
+        l.trellis = reinterpret_cast<const uint16_t *>(f.w.data());
+        l.suh = reinterpret_cast<const uint16_t *>(f.s.data());
+        l.svh = l.suh + cols;
+        model::exl3_dequantize(l, v.data());
+        return v;
+    }
+    if (d.format == dummy_format::NVFP4) {
+        auto enc = backend::cpu::dummy_encoding_for(d);
+        const float ws2 = enc.is_ok() ? enc.value().weight_scale_2 : NAN;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < cols; c++)
+                v[size_t(r * cols + c)] = e2m1_to_f32(e2m1_unpack(f.w.data() + r * cols / 2, size_t(c))) *
+                                          (e4m3_to_f32(f.s[size_t(r * (cols / 16) + c / 16)]) * ws2);
+        return v;
+    }
     if (d.format == dummy_format::BF16) {
         for (size_t i = 0; i < v.size(); i++) v[i] = bf16_to_f32(uint16_t(f.w[2 * i] | f.w[2 * i + 1] << 8));
         return v;

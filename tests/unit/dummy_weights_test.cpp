@@ -103,13 +103,105 @@ TEST(dummy_weights, rejects_layer_counts_outside_the_model) {
     }
 }
 
-TEST(dummy_weights, quantized_publications_are_not_supported_yet) {
-    model_config c = flash(arch::V41);
-    c.routed_quant = expert_quant::NVFP4;
-    Result<dummy_plan> p = plan_dummy_weights(c, 2);
-    ASSERT_FALSE(p.is_ok());
-    EXPECT_EQ(p.status().code(), status_code::NOT_SUPPORTED);
-    EXPECT_NE(p.status().message().find("layers.0.ffn.experts.0.w1.weight"), std::string::npos) << p.status().message();
+// The quantized publications' configs (flash_config(a, q): the publication's quantization_config
+// read by the checkpoint parser) select their expert storage, and the plan stores the routed
+// experts as the publications do: names, dtypes and shapes from spec quant-formats 1.3 (checked
+// there against the real nvidia/DeepSeek-V4.1-Flash-NVFP4 headers) and 3 (diffbot EXL3), bytes per
+// projection from its sections 1.14 (6,635,528 B) and 2.6 (2,963,972 B).
+struct stored_want {
+    std::string suffix;
+    dtype type;
+    shape_t shape;
+};
+
+void expect_stored(const dummy_tensor &t, const std::string &prefix, const std::vector<stored_want> &want) {
+    ASSERT_EQ(t.stored.size(), want.size()) << t.entry.name;
+    for (size_t i = 0; i < want.size(); i++) {
+        EXPECT_EQ(t.stored[i].name, prefix + want[i].suffix);
+        EXPECT_EQ(t.stored[i].type, want[i].type) << t.stored[i].name;
+        EXPECT_EQ(t.stored[i].shape, want[i].shape) << t.stored[i].name;
+    }
+}
+
+TEST(dummy_weights, nvfp4_publication_routed_experts) {
+    Result<model_config> c = flash_config(arch::V41, expert_quant::NVFP4);
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    EXPECT_EQ(c->routed_quant, expert_quant::NVFP4);
+    EXPECT_EQ(routed_expert_format(c.value()), storage_format::NVFP4);
+    EXPECT_EQ(c->fp8_block_out, 32);  // the backbone stays official
+    const dummy_plan p = plan_or_die(c.value(), 1);
+    const dummy_tensor &w1 = find(p, "layers.0.ffn.experts.5.w1.weight");
+    const dummy_tensor &w3 = find(p, "layers.0.ffn.experts.5.w3.weight");
+    const dummy_tensor &w2 = find(p, "layers.0.ffn.experts.5.w2.weight");
+    expect_stored(w1, "layers.0.ffn.experts.5.w1.",
+                  {{"weight", dtype::U8, {2304, 2560}}, {"weight_scale", dtype::F8_E4M3, {2304, 320}},
+                   {"weight_scale_2", dtype::F32, {}}, {"input_scale", dtype::F32, {}}});
+    expect_stored(w2, "layers.0.ffn.experts.5.w2.",
+                  {{"weight", dtype::U8, {5120, 1152}}, {"weight_scale", dtype::F8_E4M3, {5120, 144}},
+                   {"weight_scale_2", dtype::F32, {}}, {"input_scale", dtype::F32, {}}});
+    for (const dummy_tensor *t : {&w1, &w3, &w2}) {
+        EXPECT_EQ(t->entry.format, storage_format::NVFP4);
+        EXPECT_EQ(t->bytes, 6635528u) << t->entry.name;
+        EXPECT_EQ(t->block_out, 1);
+        EXPECT_EQ(t->block_in, 16);
+        EXPECT_EQ(t->input_amax, DUMMY_NVFP4_INPUT_AMAX);
+        EXPECT_EQ(t->rule.init, dummy_init::NORMAL);
+    }
+    // The official dummy experts' std (1 / sqrt(fan_in)); gate and up alike, as the loader demands.
+    EXPECT_DOUBLE_EQ(w1.rule.std, 1 / std::sqrt(5120.0));
+    EXPECT_DOUBLE_EQ(w3.rule.std, w1.rule.std);
+    EXPECT_DOUBLE_EQ(w2.rule.std, 1 / std::sqrt(2304.0));
+    // Everything else keeps the official storage.
+    EXPECT_EQ(find(p, "layers.0.ffn.shared_experts.w1.weight").entry.format, storage_format::FP8_BLOCK);
+    EXPECT_EQ(find(p, "layers.0.attn.wq_a.weight").entry.format, storage_format::FP8_BLOCK);
+    // Whole model: the text catalog of the NVFP4 config, routed experts at spec 1.14's 7.12 GiB per layer.
+    const dummy_plan all = plan_or_die(c.value(), -1);
+    const catalog_totals text = totals(build_catalog(c.value(), catalog_scope::TEXT), c.value());
+    EXPECT_EQ(all.bytes, text.bytes);
+    EXPECT_EQ(all.stored_tensors, text.tensors);
+    EXPECT_EQ(expert_layer_bytes(c.value(), storage_format::NVFP4), 7644128256ull);
+}
+
+TEST(dummy_weights, exl3_publication_routed_experts) {
+    Result<model_config> c = flash_config(arch::V41, expert_quant::EXL3);
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    EXPECT_EQ(c->routed_quant, expert_quant::EXL3);
+    EXPECT_EQ(c->exl3_bits, 2);
+    EXPECT_EQ(c->exl3_cb, exl3_codebook::MCG);
+    EXPECT_EQ(routed_expert_format(c.value()), storage_format::EXL3);
+    const dummy_plan p = plan_or_die(c.value(), 2);
+    const dummy_tensor &w1 = find(p, "layers.1.ffn.experts.383.w1.weight");
+    const dummy_tensor &w2 = find(p, "layers.1.ffn.experts.383.w2.weight");
+    expect_stored(w1, "layers.1.ffn.experts.383.w1.",
+                  {{"trellis", dtype::I16, {320, 144, 32}}, {"suh", dtype::F16, {5120}}, {"svh", dtype::F16, {2304}},
+                   {"mcg", dtype::I32, {}}});
+    expect_stored(w2, "layers.1.ffn.experts.383.w2.",
+                  {{"trellis", dtype::I16, {144, 320, 32}}, {"suh", dtype::F16, {2304}}, {"svh", dtype::F16, {5120}},
+                   {"mcg", dtype::I32, {}}});
+    for (const dummy_tensor *t : {&w1, &w2}) {
+        EXPECT_EQ(t->entry.format, storage_format::EXL3);
+        EXPECT_EQ(t->bytes, 2963972u) << t->entry.name;
+        EXPECT_EQ(t->block_out, 128);
+        EXPECT_EQ(t->block_in, 128);
+        EXPECT_EQ(t->exl3_bits, 2);
+        EXPECT_NEAR(t->exl3_code_rms, 1.2441, 2e-3);  // spec 2.4's MCG statistics
+    }
+    EXPECT_DOUBLE_EQ(w1.rule.std, 1 / std::sqrt(5120.0));
+    EXPECT_DOUBLE_EQ(w2.rule.std, 1 / std::sqrt(2304.0));
+    // Spec 2.6: 3,414,495,744 B of routed experts per layer.
+    EXPECT_EQ(expert_layer_bytes(c.value(), storage_format::EXL3), 3414495744ull);
+    const dummy_plan all = plan_or_die(c.value(), -1);
+    EXPECT_EQ(all.bytes, totals(build_catalog(c.value(), catalog_scope::TEXT), c.value()).bytes);
+}
+
+TEST(dummy_weights, official_quant_is_the_plain_config) {
+    Result<model_config> a = flash_config(arch::V41, expert_quant::OFFICIAL), b = flash_config(arch::V41);
+    ASSERT_TRUE(a.is_ok() && b.is_ok());
+    EXPECT_EQ(a->routed_quant, expert_quant::OFFICIAL);
+    EXPECT_EQ(plan_or_die(a.value(), 1).bytes, plan_or_die(b.value(), 1).bytes);
+    Result<model_config> v4 = flash_config(arch::V4, expert_quant::NVFP4);
+    ASSERT_TRUE(v4.is_ok()) << v4.status().to_string();
+    EXPECT_EQ(v4->routed_quant, expert_quant::NVFP4);
 }
 
 TEST(dummy_weights, every_tensor_of_every_part_has_a_rule) {

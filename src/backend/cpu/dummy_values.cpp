@@ -45,7 +45,7 @@ const std::array<double, DUMMY_LEVELS> &unit_quantiles(dummy_dist dist) {
     return dist == dummy_dist::UNIFORM ? uniform : normal;
 }
 
-bool is_fp4(dummy_format f) { return f == dummy_format::MXFP4; }
+bool is_fp4(dummy_format f) { return f == dummy_format::MXFP4 || f == dummy_format::NVFP4; }
 
 uint8_t encode(dummy_format f, double x) {
     return is_fp4(f) ? f32_to_e2m1(float(x)) : f32_to_e4m3(float(x), /*saturate=*/true);
@@ -134,6 +134,56 @@ quant_choice compute_quantized(dummy_format f, dummy_dist dist, double std, int 
     return r;
 }
 
+// NVFP4: the table spans the E2M1 range (its top quantile on code 6); weight_scale_2 (fp32) is
+// whatever brings table RMS x block-scale RMS to the target, and the expected std follows from
+// the rounded fp32 exactly.
+Status choose_nvfp4(const dummy_tensor_desc &d, dummy_layout *L) {
+    const auto &q = unit_quantiles(d.dist);
+    const double sigma = 6.0 / q[DUMMY_LEVELS - 1];
+    make_table(d.format, q, sigma, 0, L->tables.code[0]);
+    const double code_ms = table_ms(d.format, L->tables.code[0], 0);
+    double scale_ms = 0;
+    for (int i = 0; i < DUMMY_NVFP4_SCALES; i++) {
+        const double s = e4m3_to_f32(uint8_t(DUMMY_NVFP4_SCALE0 + i));
+        scale_ms += s * s / DUMMY_NVFP4_SCALES;
+    }
+    const float ws2 = float(d.std / std::sqrt(code_ms * scale_ms));
+    if (!(ws2 > 0) || !std::isfinite(ws2))
+        return Status::invalid_argument(label(d) + "std " + std::to_string(d.std) + " gives no finite fp32 weight_scale_2");
+    const float input_scale = float(d.input_amax / (6.0 * 448.0));  // ModelOpt: amax / (E2M1 max x E4M3 max)
+    if (!(input_scale > 0) || !std::isfinite(input_scale))
+        return Status::invalid_argument(label(d) + "input_amax " + std::to_string(d.input_amax) + " (> 0, finite)");
+    L->enc.code_std = sigma;
+    L->enc.expected_mean = 0;
+    L->enc.expected_std = double(ws2) * std::sqrt(code_ms * scale_ms);
+    L->enc.weight_scale_2 = ws2;
+    L->enc.input_scale = input_scale;
+    return Status::ok();
+}
+
+// EXL3: |suh| = a (fp16) with a |svh|_rms code_rms = std; H is orthonormal, so a 128 x 128 block's
+// Frobenius norm is |suh| times the svh-weighted norm of What, whose squares average code_rms^2
+// over uniform random states.
+Status choose_exl3(const dummy_tensor_desc &d, dummy_layout *L) {
+    if (d.exl3_bits < 1 || d.exl3_bits > 8)
+        return Status::invalid_argument(label(d) + "EXL3 K " + std::to_string(d.exl3_bits) + " (1..8)");
+    if (!(d.exl3_code_rms > 0) || !std::isfinite(d.exl3_code_rms))
+        return Status::invalid_argument(label(d) + "EXL3 needs the codebook's RMS (exl3_code_rms > 0)");
+    if (d.rows % DUMMY_EXL3_BLOCK != 0 || d.cols % DUMMY_EXL3_BLOCK != 0)
+        return Status::invalid_argument(label(d) + "EXL3 dims [" + std::to_string(d.rows) + ", " + std::to_string(d.cols) +
+                                        "] are not multiples of 128");
+    const double rms_v = std::sqrt(DUMMY_EXL3_SVH_MS);
+    const uint16_t a = f32_to_f16(float(d.std / (d.exl3_code_rms * rms_v)));
+    const double av = f16_to_f32(a);
+    if (!(av >= 6.103515625e-05) || !std::isfinite(av))  // a normal fp16
+        return Status::invalid_argument(label(d) + "std " + std::to_string(d.std) + " puts |suh| outside the normal fp16 range");
+    L->enc.expected_mean = 0;
+    L->enc.expected_std = av * rms_v * d.exl3_code_rms;
+    L->enc.code_std = d.exl3_code_rms;
+    L->enc.suh_bits = a;
+    return Status::ok();
+}
+
 Status choose_quantized(const dummy_tensor_desc &d, dummy_layout *L) {
     const double sigma_max = (is_fp4(d.format) ? 6.0 : 448.0) / unit_quantiles(d.dist)[DUMMY_LEVELS - 1];
     const int e = int(std::ceil(std::log2(d.std / sigma_max)));
@@ -162,6 +212,19 @@ Status choose_quantized(const dummy_tensor_desc &d, dummy_layout *L) {
     return Status::ok();
 }
 
+// The window's tiles [ncols/16][nrows/16][16 K] words, then suh [ncols] and svh [nrows].
+void fill_exl3_host(const dummy_tensor_desc &d, const dummy_layout &L, uint16_t *trellis, uint16_t *sv) {
+    const int k = d.exl3_bits, words = 16 * k;
+    const int64_t ta = L.ncols / 16, tb = L.nrows / 16;
+    for (int64_t la = 0; la < ta; la++)
+        for (int64_t lb = 0; lb < tb; lb++) {
+            const int64_t tile = (L.col0 / 16 + la) * (d.rows / 16) + L.row0 / 16 + lb;
+            for (int w = 0; w < words; w++) trellis[(la * tb + lb) * words + w] = dummy_exl3_word(L.key, tile, k, w);
+        }
+    for (int64_t i = 0; i < L.ncols; i++) sv[i] = dummy_exl3_suh(L.key, L.col0 + i, L.enc.suh_bits);
+    for (int64_t j = 0; j < L.nrows; j++) sv[L.ncols + j] = dummy_exl3_svh(L.key, L.row0 + j);
+}
+
 }  // namespace
 
 Result<dummy_layout> dummy_prepare(const dummy_tensor_desc &d, uint64_t seed) {
@@ -170,7 +233,8 @@ Result<dummy_layout> dummy_prepare(const dummy_tensor_desc &d, uint64_t seed) {
     if (d.rows < 0 || d.cols < 0)
         return Status::invalid_argument(label(d) + "negative shape [" + std::to_string(d.rows) + ", " +
                                         std::to_string(d.cols) + "]");
-    L.quantized = d.format == dummy_format::FP8_BLOCK || d.format == dummy_format::MXFP4;
+    L.quantized = d.format == dummy_format::FP8_BLOCK || d.format == dummy_format::MXFP4 ||
+                  d.format == dummy_format::NVFP4 || d.format == dummy_format::EXL3;
     L.jitter = d.format == dummy_format::FP8_BLOCK;
     if (d.format == dummy_format::FP8_BLOCK) {
         if (d.block_out < 1 || d.block_in < 16 || d.block_in % 16 != 0)
@@ -183,6 +247,13 @@ Result<dummy_layout> dummy_prepare(const dummy_tensor_desc &d, uint64_t seed) {
             return Status::invalid_argument(label(d) + "MXFP4 needs an even column count, got " + std::to_string(d.cols));
         L.bo = 1;
         L.bi = 32;
+    } else if (d.format == dummy_format::NVFP4) {
+        if (d.cols % 16 != 0)
+            return Status::invalid_argument(label(d) + "NVFP4 needs columns in whole 16-blocks, got " + std::to_string(d.cols));
+        L.bo = 1;
+        L.bi = 16;
+    } else if (d.format == dummy_format::EXL3) {
+        L.bo = L.bi = DUMMY_EXL3_BLOCK;
     }
     L.scale_cols = ceil_div(d.cols, L.bi);
     DS41RT_RETURN_IF_ERROR(resolve_window(d, &L));
@@ -211,7 +282,13 @@ Result<dummy_layout> dummy_prepare(const dummy_tensor_desc &d, uint64_t seed) {
     }
     if (d.mean != 0)
         return Status::invalid_argument(label(d) + "quantized dummy values are zero-mean, got mean " + std::to_string(d.mean));
-    DS41RT_RETURN_IF_ERROR(choose_quantized(d, &L));
+    if (d.format == dummy_format::NVFP4) {
+        DS41RT_RETURN_IF_ERROR(choose_nvfp4(d, &L));
+    } else if (d.format == dummy_format::EXL3) {
+        DS41RT_RETURN_IF_ERROR(choose_exl3(d, &L));
+    } else {
+        DS41RT_RETURN_IF_ERROR(choose_quantized(d, &L));
+    }
     return L;
 }
 
@@ -232,9 +309,12 @@ Result<dummy_window_bytes> dummy_bytes(const dummy_tensor_desc &d) {
     case dummy_format::BF16:      b.weight = 2 * n; break;
     case dummy_format::I64:       b.weight = 8 * n; break;
     case dummy_format::FP8_BLOCK: b.weight = n; break;
-    case dummy_format::MXFP4:     b.weight = n / 2; break;
+    case dummy_format::MXFP4:
+    case dummy_format::NVFP4:     b.weight = n / 2; break;
+    case dummy_format::EXL3:      b.weight = n * uint64_t(d.exl3_bits) / 8; break;
     }
-    if (L.quantized) b.scale = uint64_t(ceil_div(L.nrows, L.bo)) * uint64_t(ceil_div(L.ncols, L.bi));
+    if (d.format == dummy_format::EXL3) b.scale = 2 * uint64_t(L.nrows + L.ncols);  // suh, svh
+    else if (L.quantized) b.scale = uint64_t(ceil_div(L.nrows, L.bo)) * uint64_t(ceil_div(L.ncols, L.bi));
     return b;
 }
 
@@ -245,13 +325,18 @@ Status fill_dummy_host(const dummy_tensor_desc &d, void *weight, void *scale, ui
     if (L.nrows * L.ncols == 0) return Status::ok();
     if (!weight || (L.quantized && !scale))
         return Status::invalid_argument(label(d) + (weight ? "null scale pointer" : "null weight pointer"));
+    if (d.format == dummy_format::EXL3) {
+        fill_exl3_host(d, L, static_cast<uint16_t *>(weight), static_cast<uint16_t *>(scale));
+        return Status::ok();
+    }
     const int64_t gpr = (d.cols + 7) / 8;
     for (int64_t wr = 0; wr < L.nrows; wr++)
         for (int64_t wc = 0; wc < L.ncols; wc++) {
             const int64_t r = L.row0 + wr, c = L.col0 + wc, i = wr * L.ncols + wc;
             switch (d.format) {
             case dummy_format::FP8_BLOCK:
-            case dummy_format::MXFP4: {
+            case dummy_format::MXFP4:
+            case dummy_format::NVFP4: {
                 const int j = L.jitter ? dummy_block_jitter(L.key, (r / L.bo) * L.scale_cols + c / L.bi) : 0;
                 const uint8_t byte = uint8_t(dummy_group_bits(L.key, r, gpr, c / 8) >> (8 * (c % 8)));
                 const uint8_t code = L.tables.code[j][byte];
@@ -273,6 +358,7 @@ Status fill_dummy_host(const dummy_tensor_desc &d, void *weight, void *scale, ui
             case dummy_format::I64:
                 static_cast<int64_t *>(weight)[i] = dummy_index_value(L.key, r, c, d.index_range);
                 break;
+            case dummy_format::EXL3: break;  // above
             }
         }
     if (L.quantized) {
@@ -281,7 +367,9 @@ Status fill_dummy_host(const dummy_tensor_desc &d, void *weight, void *scale, ui
             for (int64_t j = 0; j < scols; j++) {
                 const int64_t block = (L.row0 / L.bo + i) * L.scale_cols + L.col0 / L.bi + j;
                 static_cast<uint8_t *>(scale)[i * scols + j] =
-                    uint8_t(127 + L.enc.scale_exp + (L.jitter ? dummy_block_jitter(L.key, block) : 0));
+                    d.format == dummy_format::NVFP4
+                        ? dummy_nvfp4_scale(L.key, block)
+                        : uint8_t(127 + L.enc.scale_exp + (L.jitter ? dummy_block_jitter(L.key, block) : 0));
             }
     }
     return Status::ok();

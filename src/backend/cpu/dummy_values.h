@@ -12,6 +12,12 @@
 //   FP8_BLOCK  codes E4M3 [rows, cols], scale E8M0 [ceil(rows/block_out), ceil(cols/block_in)]
 //              (V4.1 32x32, V4 128x128, Engram rows 1x32). No NaN code (0x7f / 0xff) is written.
 //   MXFP4      codes E2M1 [rows, cols/2] (low nibble = even column), scale E8M0 [rows, ceil(cols/32)]
+//   NVFP4      codes E2M1 [rows, cols/2] as MXFP4, scale E4M3 [rows, cols/16] (ModelOpt's weight_scale,
+//              plain row-major), and two F32 scalars returned by dummy_encoding_for: weight_scale_2
+//              and input_scale (= input_amax / (6 * 448), the producer's rule, spec quant-formats 1.4)
+//   EXL3       logical [rows = out, cols = in]; trellis I16 [cols/16, rows/16, 16 K] (tile (a, b)
+//              covers inputs 16a.. and outputs 16b..), then, in the scale buffer, suh F16 [cols] and
+//              svh F16 [rows]. Both dims multiples of 128 (the Hadamard block, and the window unit)
 //   BF16, F32  [rows, cols]
 //   I64        [rows, cols] expert ids (V4's tid2eid): (h(row) + col) mod index_range, so the ids
 //              of a row are distinct when cols <= index_range
@@ -20,7 +26,12 @@
 // format's top code (448 / 6, as an amax-scaled block would be); the E8M0 scale is the power of two
 // that brings the dequantized std to the target. FP8 blocks draw one of three scale exponents
 // (e, e+1, e+2) per block with codes divided to match, so scale bytes vary as in a real checkpoint
-// while the dequantized values stay the same. Quantized values are zero-mean. Windows: any
+// while the dequantized values stay the same. NVFP4: the code table spans the E2M1 range, block
+// scales are one of eight E4M3 values in [0.75, 1.375] (bytes 0x34..0x3b, varying like a real
+// checkpoint's), and weight_scale_2 brings the dequantized std to the target. EXL3: random trellis
+// bits (every bitstream decodes; a uniform state has the codebook's RMS), svh = +-{0.75, 1, 1.25}
+// and suh = +-a with random signs, a the fp16 that gives the target std through
+// ||diag(suh) H What H diag(svh)|| (H orthonormal). Quantized values are zero-mean. Windows: any
 // block-aligned row / column range of a tensor holds exactly that range of the whole fill.
 //
 // Thread safety: free functions without shared state.
@@ -38,7 +49,7 @@
 
 namespace ds41rt::backend::cpu {
 
-enum class dummy_format : uint8_t { F32 = 0, BF16, FP8_BLOCK, MXFP4, I64 };
+enum class dummy_format : uint8_t { F32 = 0, BF16, FP8_BLOCK, MXFP4, I64, NVFP4, EXL3 };
 // NORMAL: bell-shaped (quantized formats: the normal's 256 quantiles; BF16 / F32: a sum of four
 // uniforms, exact std, bounded at 2 sqrt 3 std). UNIFORM: flat over mean +- sqrt(3) std.
 // CONSTANT: every value `mean` (BF16 / F32 only). INDEX: I64 ids in [0, index_range).
@@ -53,6 +64,9 @@ struct dummy_tensor_desc {
     double mean = 0;                  // NORMAL / UNIFORM (BF16 / F32 only: quantized values are zero-mean); CONSTANT
     double std = 0;                   // NORMAL / UNIFORM: std of the dequantized values (> 0)
     int64_t index_range = 0;          // INDEX: ids in [0, index_range)
+    double input_amax = 16;           // NVFP4: the calibrated activation amax input_scale stands for
+    int exl3_bits = 2;                // EXL3: trellis bits per weight K, 1..8
+    double exl3_code_rms = 0;         // EXL3: RMS of the codebook over all 2^16 states (model/exl3)
     uint64_t id = 0;                  // the tensor's identity (the model side hashes the name)
     // The window the buffers hold: rows [row0, row0 + nrows) x cols [col0, col0 + ncols), stored
     // contiguously ([nrows, ncols] values, then the scale blocks it covers); -1: to the end.
@@ -68,6 +82,8 @@ struct dummy_encoding {
     double code_std = 0;    // quantized: std of the code table before rounding to codes
     double expected_mean = 0;
     double expected_std = 0;
+    float weight_scale_2 = 0, input_scale = 0;  // NVFP4: the two per-tensor scalars
+    uint16_t suh_bits = 0;                      // EXL3: |suh| as fp16 bits
 };
 
 // Bytes of the window's values and of its scale blocks (0 unquantized): what a caller allocates.
@@ -77,6 +93,8 @@ struct dummy_window_bytes {
 
 constexpr int DUMMY_LEVELS = 256;  // code table size: one random byte per code
 constexpr int DUMMY_JITTERS = 3;   // FP8 block scale exponents e, e+1, e+2
+constexpr int DUMMY_NVFP4_SCALE0 = 0x34, DUMMY_NVFP4_SCALES = 8;  // E4M3 0.75 .. 1.375
+constexpr int DUMMY_EXL3_BLOCK = 128;
 
 struct dummy_code_tables {
     uint8_t code[DUMMY_JITTERS][DUMMY_LEVELS];  // FP8: one table per jitter; MXFP4: table 0 (nibbles)
@@ -120,6 +138,28 @@ DS41RT_HOST_DEVICE inline uint64_t dummy_tensor_key(uint64_t seed, uint64_t id) 
 DS41RT_HOST_DEVICE inline int dummy_block_jitter(uint64_t key, int64_t block) {
     return int(dummy_mix64((key ^ 0x5ca1ab1e0ddba11ull) + uint64_t(block) * DUMMY_GOLDEN) % DUMMY_JITTERS);
 }
+
+// NVFP4: the E4M3 scale byte of block = row * scale_cols + col / 16.
+DS41RT_HOST_DEVICE inline uint8_t dummy_nvfp4_scale(uint64_t key, int64_t block) {
+    return uint8_t(DUMMY_NVFP4_SCALE0 +
+                   dummy_mix64((key ^ 0x4e5646503473ull) + uint64_t(block) * DUMMY_GOLDEN) % DUMMY_NVFP4_SCALES);
+}
+
+// EXL3: u16 word w of global tile t = a * (rows / 16) + b, 16 K words a tile: 16 bits of one hash
+// per 4 words.
+DS41RT_HOST_DEVICE inline uint16_t dummy_exl3_word(uint64_t key, int64_t tile, int k, int w) {
+    return uint16_t(dummy_mix64(key + uint64_t(tile * 4 * k + w / 4) * DUMMY_GOLDEN) >> (16 * (w % 4)));
+}
+// EXL3 suh[i]: +-|suh| with a random sign; svh[j]: +-0.75, 1 or 1.25 (fp16 bits).
+DS41RT_HOST_DEVICE inline uint16_t dummy_exl3_suh(uint64_t key, int64_t i, uint16_t mag) {
+    return uint16_t(mag | (dummy_mix64((key ^ 0x5375685375680ull) + uint64_t(i) * DUMMY_GOLDEN) >> 63) << 15);
+}
+DS41RT_HOST_DEVICE inline uint16_t dummy_exl3_svh(uint64_t key, int64_t j) {
+    const uint64_t h = dummy_mix64((key ^ 0x5376685376680ull) + uint64_t(j) * DUMMY_GOLDEN);
+    const uint32_t m = uint32_t(h % 3);
+    return uint16_t((m == 0 ? 0x3a00u : m == 1 ? 0x3c00u : 0x3d00u) | uint32_t(h >> 63) << 15);
+}
+constexpr double DUMMY_EXL3_SVH_MS = (0.5625 + 1.0 + 1.5625) / 3;  // mean square of |svh|
 
 // Quantized formats: the random byte of element (r, c) is byte c % 8 of group (r, c / 8), with
 // groups_per_row = ceil(cols / 8).

@@ -1,7 +1,9 @@
 // Dummy weight fills (see dummy_fill.cuh): one tensor's stored bytes from (seed, id, position).
 //
 // Layout: FP8_BLOCK codes E4M3 [nrows, ncols] + E8M0 [scale rows, scale cols] of the window;
-// MXFP4 codes [nrows, ncols / 2] + E8M0 [nrows, ceil(ncols / 32)]; BF16 / F32 / I64 [nrows, ncols].
+// MXFP4 codes [nrows, ncols / 2] + E8M0 [nrows, ceil(ncols / 32)]; NVFP4 codes as MXFP4 + E4M3
+// [nrows, ncols / 16]; EXL3 trellis [ncols / 16, nrows / 16, 16 K] u16 + suh [ncols], svh [nrows]
+// fp16; BF16 / F32 / I64 [nrows, ncols].
 //
 // Cost (no reads; bytes written = dummy_bytes()): the V4.1 Flash text part is 501 GB (routed
 // experts 289 GB, the two Engram tables ~200 GB, which live in host memory), so a GPU's worth
@@ -10,7 +12,9 @@
 // (~25 integer ops each, 64-bit multiplies included) plus a shared-memory lookup and a byte
 // insert per code, ~6 integer ops per byte for FP8, ~11 for MXFP4; at H200's ~17 T int32 ops/s
 // that is ~3 and ~1.5 TB/s. BF16 / F32 / I64 hash once per element (~30 ops per 2-8 bytes) on
-// ~1% of the bytes. Either way 10 GB takes milliseconds; the test prints the measured GB/s.
+// ~1% of the bytes. NVFP4 is MXFP4's code kernel with an E4M3 scale plane twice as dense. EXL3
+// trellis: one finalizer per 8 bytes of random bits, ~4 integer ops per byte, near the write roof.
+// Either way 10 GB takes milliseconds; the test prints the measured GB/s.
 //
 // Invariants: each output byte is written by exactly one thread; values depend only on (key,
 // global row, global column) and, for FP8, the block's jitter hashed from (key, block), so a
@@ -88,8 +92,9 @@ __global__ void fill_fp8_kernel(quant_params p, dummy_code_tables tabs) {
     }
 }
 
-// One thread per 32 codes (16 bytes, one scale block) of a row; col0 % 32 == 0, ncols even.
-__global__ void fill_mxfp4_kernel(quant_params p, dummy_code_tables tabs) {
+// One thread per 32 codes (16 bytes) of a row; col0 % 8 == 0 (MXFP4: % 32, NVFP4: % 16), ncols
+// even. Codes past a row's end are computed and not stored.
+__global__ void fill_fp4_kernel(quant_params p, dummy_code_tables tabs) {
     __shared__ uint8_t tab[1][DUMMY_LEVELS];
     load_tables(tabs, tab, 1);
     const int64_t cpr = (p.ncols + 31) / 32, n = p.nrows * cpr, gpr = (p.cols + 7) / 8, row_bytes = p.ncols / 2;
@@ -112,14 +117,53 @@ __global__ void fill_mxfp4_kernel(quant_params p, dummy_code_tables tabs) {
     }
 }
 
-// One thread per scale byte of the window: 127 + e (+ the block's jitter for FP8).
+enum class scale_rule { E8M0, E8M0_JITTER, NVFP4_E4M3 };
+
+// One thread per scale byte of the window: E8M0 127 + e (+ the block's jitter for FP8), or
+// NVFP4's E4M3 byte of the block.
 __global__ void fill_scales_kernel(uint8_t *s, int64_t srows, int64_t scols, int64_t br0, int64_t bc0,
-                                   int64_t scale_cols, int base, uint64_t key, bool jitter) {
+                                   int64_t scale_cols, int base, uint64_t key, scale_rule rule) {
     const int64_t n = srows * scols;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t br = br0 + i / scols, bc = bc0 + i % scols;
-        s[i] = uint8_t(base + (jitter ? cpu::dummy_block_jitter(key, br * scale_cols + bc) : 0));
+        const int64_t block = (br0 + i / scols) * scale_cols + bc0 + i % scols;
+        s[i] = rule == scale_rule::NVFP4_E4M3 ? cpu::dummy_nvfp4_scale(key, block)
+               : uint8_t(base + (rule == scale_rule::E8M0_JITTER ? cpu::dummy_block_jitter(key, block) : 0));
     }
+}
+
+struct exl3_params {
+    uint16_t *trellis, *sv;        // window tiles; suh [ncols] then svh [nrows]
+    int64_t ta, tb;                // window tiles along in / out
+    int64_t a0, b0, tiles_out;     // window origin in tiles, the tensor's tiles along out
+    int64_t nrows, ncols, row0, col0;
+    int k;
+    uint16_t suh_mag;
+    uint64_t key;
+};
+
+// One thread per 8 words (16 bytes) of a tile's 16 K words: two hashes.
+__global__ void fill_exl3_trellis_kernel(exl3_params p) {
+    const int chunks = 2 * p.k;  // 16 K words / 8
+    const int64_t n = p.ta * p.tb * chunks;
+    for (int64_t ch = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; ch < n; ch += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t lt = ch / chunks;
+        const int part = int(ch - lt * chunks);
+        const int64_t la = lt / p.tb, lb = lt - la * p.tb;
+        const int64_t tile = (p.a0 + la) * p.tiles_out + p.b0 + lb;
+        uint32_t v[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            v[i] = uint32_t(cpu::dummy_exl3_word(p.key, tile, p.k, 8 * part + 2 * i)) |
+                   uint32_t(cpu::dummy_exl3_word(p.key, tile, p.k, 8 * part + 2 * i + 1)) << 16;
+        store16(reinterpret_cast<uint8_t *>(p.trellis + ch * 8), v, 16);
+    }
+}
+
+__global__ void fill_exl3_vectors_kernel(exl3_params p) {
+    const int64_t n = p.ncols + p.nrows;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+        p.sv[i] = i < p.ncols ? cpu::dummy_exl3_suh(p.key, p.col0 + i, p.suh_mag)
+                              : cpu::dummy_exl3_svh(p.key, p.row0 + i - p.ncols);
 }
 
 struct plain_params {
@@ -165,18 +209,31 @@ Status fill_dummy(const dummy_tensor_desc &d, void *weight, void *scale, uint64_
     if (!weight || (L.quantized && !scale))
         return Status::invalid_argument(std::string("fill_dummy: ") + (d.name ? d.name : "<unnamed>") + ": null " +
                                         (weight ? "scale" : "weight") + " pointer");
+    if (d.format == dummy_format::EXL3) {
+        exl3_params ep{static_cast<uint16_t *>(weight), static_cast<uint16_t *>(scale), L.ncols / 16, L.nrows / 16,
+                       L.col0 / 16, L.row0 / 16, d.rows / 16, L.nrows, L.ncols, L.row0, L.col0, d.exl3_bits,
+                       L.enc.suh_bits, L.key};
+        fill_exl3_trellis_kernel<<<grid_for(ep.ta * ep.tb * 2 * ep.k), THREADS, 0, stream>>>(ep);
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+        fill_exl3_vectors_kernel<<<grid_for(L.nrows + L.ncols), THREADS, 0, stream>>>(ep);
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+        return Status::ok();
+    }
     if (L.quantized) {
         quant_params qp{static_cast<uint8_t *>(weight), L.nrows, L.ncols, L.row0, L.col0, d.cols, L.bo, L.bi,
                         L.scale_cols, L.key};
         if (L.jitter)
             fill_fp8_kernel<<<grid_for(L.nrows * ceil_div(L.ncols, 16)), THREADS, 0, stream>>>(qp, L.tables);
         else
-            fill_mxfp4_kernel<<<grid_for(L.nrows * ceil_div(L.ncols, 32)), THREADS, 0, stream>>>(qp, L.tables);
+            fill_fp4_kernel<<<grid_for(L.nrows * ceil_div(L.ncols, 32)), THREADS, 0, stream>>>(qp, L.tables);
         DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
         const int64_t srows = ceil_div(L.nrows, L.bo), scols = ceil_div(L.ncols, L.bi);
         fill_scales_kernel<<<grid_for(srows * scols), THREADS, 0, stream>>>(static_cast<uint8_t *>(scale), srows, scols,
                                                                            L.row0 / L.bo, L.col0 / L.bi, L.scale_cols,
-                                                                           127 + L.enc.scale_exp, L.key, L.jitter);
+                                                                           127 + L.enc.scale_exp, L.key,
+                                                                           d.format == dummy_format::NVFP4 ? scale_rule::NVFP4_E4M3
+                                                                           : L.jitter ? scale_rule::E8M0_JITTER
+                                                                                      : scale_rule::E8M0);
         DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
         return Status::ok();
     }

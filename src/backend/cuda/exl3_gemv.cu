@@ -19,15 +19,25 @@
 //
 // Roofline (H200, V4.1 expert w1: in 5120, out 2304, K = 2, M = 1): 2.95 MB of trellis + 15 KB of
 // suh/svh, 23.6 MFLOP of MMA (2 x 2 per weight per 8-token tile; the tensor cores are far from
-// binding). The trellis decode is integer work per weight, counted per lane and tile (8 weights,
-// K = 2): 2 loads + ~4 address ops, 1 funnel shift to align the lane's bit window, 2 ops to cut
-// each 16-bit state (16), 1 IMAD (8), 1 LOP3 for mask ^ xor (8), 2 PRMT + 1 HADD2 per pair (12;
-// MUL1: 1 IDP4A per weight + PRMT, IADD, HFMA2 per pair, the same count) = ~51 warp instructions
-// per 256 weights, ~0.2 per weight. At one instruction per scheduler per clock (132 SMs x 4 x
-// ~1.8 GHz = 0.95e12 warp instr/s) that is ~4.7e12 weights/s = ~1.2 TB/s of K = 2 trellis bytes,
-// against ~4.3 TB/s the HBM could stream: ALU-bound by ~3.5x at K = 2 (the decode cost per weight
-// barely moves with K, the bytes grow with it: near balance at K ~ 7). M does not change the
-// decode, so M = 1 and M = 16 cost about the same. One w1 at M = 1: ~2.5 us ALU, 0.7 us HBM.
+// binding). The decode is integer work and binds. Counted in the SASS (cuobjdump -sass, sm_90a,
+// nvcc 13.0; the main loop of exl3_gemv_kernel<1> built for K = 2 MCG alone, 4 tiles a trip), per
+// warp and 16x16 tile (256 weights, 64 bytes at K = 2):
+//   before: 110.5 instructions (NT = 2: 134.8): 27.5 LOP3 (mask and xor as two immediates, so two
+//           LOP3 per state), 21 IMAD, 14 SHF, 8 PRMT, 4 HADD2, 2 HMMA, and ~34 of per-tile address
+//           arithmetic, predicated x loads with their branches (BSSY / BSYNC) and re-read thread ids;
+//   after:  52.5 (NT = 2: 57.0; K = 2 3INST 52.5, MUL1 52.3): per lane 12 ops for its 8 states
+//           (decode8's K = 2 path: four funnel shifts, each window pair cut by one shift and one
+//           PRMT, no masks), per weight 1 IMAD and 1 LOP3 ((x & mask) ^ xr with xr a register),
+//           per pair 2 PRMT + 1 HADD2 (= 40 a tile), 2 HMMA, and ~10 of loads: one pointer per
+//           trellis word advanced by the tile-row stride, x fragments at immediate offsets, whole
+//           groups of U tiles (no tail predicates). Other K keep the generic cut (shift + mask a
+//           state): K = 3 59.5, K = 4 57.8.
+// At one warp instruction per scheduler per clock (132 SMs x 4 x ~1.8 GHz = 0.95e12/s): before
+// ~0.55 TB/s of K = 2 trellis (measured on the H200: ~7% of copy, ~0.3 TB/s), after ~1.16 TB/s,
+// so an expected ~0.6-0.65 TB/s (~15% of copy) at the same issue efficiency. The floor of this
+// decode is ~5 thread instructions per weight (~40 a tile): K = 2 stays ALU-bound below ~1.5 TB/s,
+// far from the HBM's ~4.3 TB/s; the bytes per weight grow with K and the count barely does, so
+// K >= 6 approaches balance. M does not change the decode: M = 1 and M = 16 cost about the same.
 //
 // Invariants: in, out % 128 == 0; K 1..8; M <= 16; |(x . suh) H| / sqrt(128) < 65504 (fp16 hi);
 // y does not alias x. Graph-replayable: yes (counters return to zero).
@@ -42,6 +52,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/splitk_plan.cuh"
 
 namespace ds41rt::backend::cuda {
 
@@ -70,6 +81,7 @@ struct job {
 struct batch {
     job jobs[MAX_JOBS];
     int njobs, items;
+    uint32_t cb_xor;  // 0x3B603B60 (cb_pair: a register operand, not a literal)
 };
 
 struct rot_job {
@@ -145,16 +157,19 @@ __device__ __forceinline__ uint32_t cb_hash(uint32_t s) {
 
 // Two states -> their codebook values as one fp16 pair (first state in the low half), with the
 // rounding of exllamav3's decode_3inst<cb> (spec 2.4): one HADD2 (3INST, MCG) or one HFMA2 (MUL1).
+// xr = 0x3B603B60 arrives as a register (a kernel parameter): LOP3 takes one immediate, so with
+// both the mask and the xor as literals ptxas spends two LOP3 per state; this way (x & mask) ^ xr
+// is one.
 template <int CB>
-__device__ __forceinline__ uint32_t cb_pair(uint32_t s0, uint32_t s1) {
+__device__ __forceinline__ uint32_t cb_pair(uint32_t s0, uint32_t s1, uint32_t xr) {
     uint32_t x0 = cb_hash<CB>(s0), x1 = cb_hash<CB>(s1);
     if constexpr (CB == 2) {
         const uint32_t t0 = __dp4a(x0, 0x01010101u, 0u), t1 = __dp4a(x1, 0x01010101u, 0u);  // byte sums <= 1020
         const uint32_t h = __byte_perm(t0, t1, 0x5410) + 0x64006400u;                       // fp16 1024 + s
         return h2_bits(__hfma2(bits_h2(h), bits_h2(0x1EEE1EEEu), bits_h2(0xC931C931u)));
     } else {
-        x0 = (x0 & 0x8FFF8FFFu) ^ 0x3B603B60u;
-        x1 = (x1 & 0x8FFF8FFFu) ^ 0x3B603B60u;
+        x0 = (x0 & 0x8FFF8FFFu) ^ xr;
+        x1 = (x1 & 0x8FFF8FFFu) ^ xr;
         return h2_bits(__hadd2(bits_h2(__byte_perm(x0, x1, 0x5410)), bits_h2(__byte_perm(x0, x1, 0x7632))));
     }
 }
@@ -162,22 +177,36 @@ __device__ __forceinline__ uint32_t cb_pair(uint32_t s0, uint32_t s1) {
 // The lane's 8 weights as the A fragment of What^T: a[0] = (j0, j1), a[1] = (j4, j5), a[2] =
 // (j2, j3), a[3] = (j6, j7) (spec 2.8). o: bit offset of the span start within its first word.
 template <int K, int CB>
-__device__ __forceinline__ void decode8(const uint32_t (&w)[geom<K>::NW], int o, uint32_t (&a)[4]) {
+__device__ __forceinline__ void decode8(const uint32_t (&w)[geom<K>::NW], int o, uint32_t xr, uint32_t (&a)[4]) {
     constexpr int A = geom<K>::A;
     uint32_t u[A];  // the span, MSB-first from its first bit
 #pragma unroll
     for (int i = 0; i < A; i++) u[i] = __funnelshift_l(w[i + 1], w[i], o);
     uint32_t st[8];
+    if constexpr (K == 2) {
+        // The 8 windows start at bits o, o + 2, .., o + 14 of the two words, and o is 2 or 18
+        // (span_start = 16 lane - 14 mod 512), so v = the 32 bits from o + 2j (one funnel shift,
+        // never past the second word) holds window j at its top (one shift down, no mask) and
+        // window j + 4 in bytes 1-2 (one PRMT, zero-filled): 12 instructions for the 8 states
+        // instead of 16 (a funnel shift, then a shift and a mask each).
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
-        const int i = (j * K) >> 5, s = (j * K) & 31;
-        if (s <= 16) st[j] = (u[i] >> (16 - s)) & 0xffffu;
-        else st[j] = __funnelshift_l(u[i + 1 < A ? i + 1 : A - 1], u[i], s) >> 16;
+        for (int j = 0; j < 4; j++) {
+            const uint32_t v = __funnelshift_l(w[1], w[0], o + 2 * j);
+            st[j] = v >> 16;
+            st[j + 4] = __byte_perm(v, 0u, 0x4421);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int i = (j * K) >> 5, s = (j * K) & 31;
+            if (s <= 16) st[j] = (u[i] >> (16 - s)) & 0xffffu;
+            else st[j] = __funnelshift_l(u[i + 1 < A ? i + 1 : A - 1], u[i], s) >> 16;
+        }
     }
-    a[0] = cb_pair<CB>(st[0], st[1]);
-    a[1] = cb_pair<CB>(st[4], st[5]);
-    a[2] = cb_pair<CB>(st[2], st[3]);
-    a[3] = cb_pair<CB>(st[6], st[7]);
+    a[0] = cb_pair<CB>(st[0], st[1], xr);
+    a[1] = cb_pair<CB>(st[4], st[5], xr);
+    a[2] = cb_pair<CB>(st[2], st[3], xr);
+    a[3] = cb_pair<CB>(st[6], st[7], xr);
 }
 
 __global__ void rotate_x_kernel(const __grid_constant__ rot_batch b) {
@@ -207,40 +236,58 @@ __global__ void rotate_x_kernel(const __grid_constant__ rot_batch b) {
     }
 }
 
+// The slice [a0, a1) of 16-row tiles, a1 - a0 a multiple of U (slice_tiles). Addressing is hoisted
+// out of the loop: a lane reads its words at fixed offsets within every tile (one pointer per word,
+// advanced by the stride between tile rows), and its x fragments at immediate offsets from one
+// pointer. The next group's words load while this group decodes.
 template <int K, int CB, int NT>
-__device__ __forceinline__ void mainloop(const job &J, int bcol, int a0, int a1, int lane, float (&acc)[NT][4]) {
+__device__ __forceinline__ void mainloop(const job &J, int bcol, int a0, int a1, int lane, uint32_t xr,
+                                         float (&acc)[NT][4]) {
     using G = geom<K>;
     const int g = lane >> 2, q = lane & 3;
     const int start = span_start<K>(lane), o = start & 31;
-    const size_t tb = size_t(J.out / 16);
-    auto load = [&](int a, uint32_t (&w)[U][G::NW]) {
+    const size_t stride = size_t(J.out / 16) * G::WORDS;  // words from tile (a, b) to (a + 1, b)
+    const uint32_t *wp[G::NW];
+#pragma unroll
+    for (int i = 0; i < G::NW; i++) {
+        int idx = (start >> 5) + i;
+        if (idx >= G::WORDS) idx -= G::WORDS;
+        wp[i] = J.trellis + (size_t(a0) * (J.out / 16) + bcol) * G::WORDS + idx;
+    }
+    // xs: [in / 16][16 tokens][4 q] uint4; token nt 8 + g of tile a + u is 64 u + 32 nt past xp.
+    // Tokens >= M are loaded too (the workspace's zeros, or stale rows of an earlier plan): an MMA
+    // column depends only on its own token, and the epilogue never reads columns >= M.
+    const uint4 *xp = J.xs + (size_t(a0) * 16 + g) * 4 + q;
+    auto load = [&](uint32_t (&w)[U][G::NW]) {
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (a + u < a1) load_words<K>(J.trellis + (size_t(a + u) * tb + bcol) * G::WORDS, start, w[u]);
+#pragma unroll
+            for (int i = 0; i < G::NW; i++) w[u][i] = __ldg(wp[i] + u * stride);
     };
-    uint32_t cur[U][G::NW] = {}, nxt[U][G::NW] = {};
-    load(a0, cur);
+    uint32_t cur[U][G::NW], nxt[U][G::NW];
+    load(cur);
     for (int a = a0; a < a1; a += U) {
-        if (a + U < a1) load(a + U, nxt);
+        if (a + U < a1) {
+#pragma unroll
+            for (int i = 0; i < G::NW; i++) wp[i] += U * stride;
+            load(nxt);
+        }
         uint4 xv[U][NT];
 #pragma unroll
         for (int u = 0; u < U; u++)
 #pragma unroll
+            for (int nt = 0; nt < NT; nt++) xv[u][nt] = __ldg(xp + u * 64 + nt * 32);
+        xp += U * 64;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            uint32_t af[4];
+            decode8<K, CB>(cur[u], o, xr, af);
+#pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                const int m = nt * 8 + g;
-                xv[u][nt] = a + u < a1 && m < J.M ? __ldg(J.xs + (size_t(a + u) * 16 + m) * 4 + q) : make_uint4(0, 0, 0, 0);
+                mma_f16(acc[nt], af, xv[u][nt].x, xv[u][nt].y);
+                mma_f16(acc[nt], af, xv[u][nt].z, xv[u][nt].w);
             }
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            if (a + u < a1) {
-                uint32_t af[4];
-                decode8<K, CB>(cur[u], o, af);
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    mma_f16(acc[nt], af, xv[u][nt].x, xv[u][nt].y);
-                    mma_f16(acc[nt], af, xv[u][nt].z, xv[u][nt].w);
-                }
-            }
+        }
 #pragma unroll
         for (int u = 0; u < U; u++)
 #pragma unroll
@@ -267,9 +314,9 @@ __global__ void __launch_bounds__(THREADS) exl3_gemv_kernel(const __grid_constan
     const int bcol = nb * 8 + warp;
 
     float acc[NT][4] = {};
-    switch (J.k * 3 + J.cb) {
+    if (a0 < a1) switch (J.k * 3 + J.cb) {
 #define DS41RT_EXL3_CASE(K, CB) \
-    case K * 3 + CB: mainloop<K, CB, NT>(J, bcol, a0, a1, lane, acc); break;
+    case K * 3 + CB: mainloop<K, CB, NT>(J, bcol, a0, a1, lane, b.cb_xor, acc); break;
         DS41RT_EXL3_CASES(DS41RT_EXL3_CASE)
 #undef DS41RT_EXL3_CASE
     default: break;
@@ -343,7 +390,7 @@ __global__ void decode_what_kernel(const uint32_t *trellis, int in, int out, int
         uint32_t w[geom<K>::NW];                                                  \
         const int start = span_start<K>(lane);                                    \
         load_words<K>(trellis + size_t(t) * geom<K>::WORDS, start, w);            \
-        decode8<K, CB>(w, start & 31, af);                                        \
+        decode8<K, CB>(w, start & 31, 0x3B603B60u, af);                           \
         break;                                                                    \
     }
             DS41RT_EXL3_CASES(DS41RT_EXL3_CASE)
@@ -360,21 +407,16 @@ __global__ void decode_what_kernel(const uint32_t *trellis, int in, int out, int
     }
 }
 
-size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+using splitk::align256;
+using splitk::token_tiles;
 
-int token_tiles(const std::vector<exl3_matrix> &mats) {
-    int max_m = 1;
-    for (const exl3_matrix &m : mats) max_m = std::max(max_m, m.M);
-    return max_m > 8 ? 2 : 1;
-}
+// Tiles per K slice: whole pipeline groups of U (in % 128 == 0 makes every tile count a multiple
+// of 8, so every slice, the last included, is whole groups and the main loop needs no tail).
+int slice_tiles(int kt, int ks) { return splitk::slice_len(kt, ks, U); }
 
 template <int NT>
 int blocks_per_sm() {
-    static const int blocks = [] {
-        int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, exl3_gemv_kernel<NT>, THREADS, 0) != cudaSuccess || n < 1) n = 1;
-        return n;
-    }();
+    static const int blocks = splitk::resident_blocks(exl3_gemv_kernel<NT>, THREADS);
     return blocks;
 }
 
@@ -411,40 +453,25 @@ Result<exl3_plan> plan_exl3_gemv(const device_info &dev, const std::vector<exl3_
     // One wave of CTAs when K slicing can provide it; the decode is ALU-bound, so every SM must
     // have work. Slices no thinner than MIN_KT tiles.
     const int nt = token_tiles(mats);
-    const long target = long(dev.sm_count) * (nt == 1 ? blocks_per_sm<1>() : blocks_per_sm<2>());
-    const int want = int(std::max<long>(1, target / std::max<long>(1, total_blocks)));
-    size_t counters = 0, partials = 0;
+    const int want = splitk::slices_wanted(
+        long(dev.sm_count) * (nt == 1 ? blocks_per_sm<1>() : blocks_per_sm<2>()), total_blocks);
+    splitk::workspace_layout ws;
     for (const exl3_matrix &m : plan.mats) {
-        const int kt = m.in / 16;
-        int ks = std::max(1, std::min({want, MAX_KSPLIT, kt / MIN_KT, MAX_SLICE_ROWS / m.M}));
-        const int per = (kt + ks - 1) / ks;
-        ks = (kt + per - 1) / per;
+        const int ks = splitk::slice_count(m.in / 16, want, MIN_KT, U, std::min(MAX_KSPLIT, MAX_SLICE_ROWS / m.M));
         plan.ksplit.push_back(ks);
-        if (ks > 1) {
-            counters += size_t(m.out / 128);
-            partials += size_t(m.out / 128) * ks * m.M * 128;
-        }
+        ws.add(size_t(m.out / 128), ks, size_t(m.M) * 128);
     }
-    size_t off = align256(counters * sizeof(unsigned)) + align256(partials * sizeof(float));
-    for (size_t i = 0; i < plan.mats.size(); i++) {
-        size_t mine = off;
-        for (size_t k = 0; k < i; k++)
-            if (same_x(plan.mats[k], plan.mats[i])) mine = plan.x_offset[k];
-        plan.x_offset.push_back(mine);
-        if (mine == off) off += xs_bytes(plan.mats[i]);
-    }
-    plan.workspace_bytes = off;
+    plan.workspace_bytes = splitk::place_x(plan.mats, ws.x_begin(), same_x, xs_bytes, &plan.x_offset);
     return plan;
 }
 
 Status run_exl3_gemv(const exl3_plan &plan, void *workspace, cudaStream_t stream) {
     char *ws = static_cast<char *>(workspace);
     const int nt = token_tiles(plan.mats);
-    size_t counters_total = 0;
-    for (size_t i = 0; i < plan.mats.size(); i++)
-        if (plan.ksplit[i] > 1) counters_total += size_t(plan.mats[i].out / 128);
+    splitk::workspace_layout layout;
+    for (size_t i = 0; i < plan.mats.size(); i++) layout.add(size_t(plan.mats[i].out / 128), plan.ksplit[i], 0);
     unsigned *counters = reinterpret_cast<unsigned *>(ws);
-    float *partials = reinterpret_cast<float *>(ws + align256(counters_total * sizeof(unsigned)));
+    float *partials = reinterpret_cast<float *>(ws + layout.counters_bytes());
 
     rot_batch rb{};
     int max_warps = 0;
@@ -457,9 +484,7 @@ Status run_exl3_gemv(const exl3_plan &plan, void *workspace, cudaStream_t stream
         return Status::ok();
     };
     for (size_t i = 0; i < plan.mats.size(); i++) {
-        bool seen = false;
-        for (size_t k = 0; k < i; k++) seen |= plan.x_offset[k] == plan.x_offset[i];
-        if (seen) continue;
+        if (!splitk::first_use(plan.x_offset, i)) continue;
         const exl3_matrix &m = plan.mats[i];
         rot_job &R = rb.jobs[rb.njobs++];
         R.x = m.x, R.suh = m.suh, R.xs = reinterpret_cast<uint32_t *>(ws + plan.x_offset[i]), R.M = m.M, R.in = m.in;
@@ -483,7 +508,7 @@ Status run_exl3_gemv(const exl3_plan &plan, void *workspace, cudaStream_t stream
             J.y = m.y;
             J.in = m.in, J.out = m.out, J.k = m.k, J.cb = int(m.cb), J.M = m.M;
             J.ksplit = ks;
-            J.kt_per_split = (m.in / 16 + ks - 1) / ks;
+            J.kt_per_split = slice_tiles(m.in / 16, ks);
             J.item_begin = items;
             J.partials = partials, J.counters = counters;
             if (ks > 1) {
@@ -493,6 +518,7 @@ Status run_exl3_gemv(const exl3_plan &plan, void *workspace, cudaStream_t stream
             items += (m.out / 128) * ks;
         }
         b.items = items;
+        b.cb_xor = 0x3B603B60u;
         if (nt == 1) exl3_gemv_kernel<1><<<items, THREADS, 0, stream>>>(b);
         else exl3_gemv_kernel<2><<<items, THREADS, 0, stream>>>(b);
         DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());

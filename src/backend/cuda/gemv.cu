@@ -51,6 +51,7 @@
 
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/gemv_kernel.cuh"
+#include "backend/cuda/splitk_plan.cuh"
 
 namespace ds41rt::backend::cuda {
 
@@ -74,19 +75,17 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const __grid_constant_
 
 int tiles_of(const gemv_matrix &m) { return (m.N + 15) / 16; }
 
-size_t align256(size_t n) { return (n + 255) / 256 * 256; }
-
-int token_tiles(const std::vector<gemv_matrix> &mats) {
-    int max_m = 1;
-    for (const gemv_matrix &m : mats) max_m = std::max(max_m, m.M);
-    return max_m > 8 ? 2 : 1;
-}
+using splitk::align256;
+using splitk::token_tiles;
 
 int log2_exact(int v) {
     int l = 0;
     while ((1 << l) < v) l++;
     return (1 << l) == v ? l : -1;
 }
+
+// 32-k blocks per shared-memory stage: K slices are whole stages.
+int stage_kb(const gemv_matrix &m) { return CHUNK / (m.fp4 ? 16 : 32); }
 
 // Launch groups: one kernel instance per (weight format, activation mode).
 int group_of(const gemv_matrix &m) { return (m.fp4 ? 1 : 0) + (m.act_block ? 2 : 0); }
@@ -101,12 +100,9 @@ size_t split_bytes(const gemv_matrix &m) {
 template <bool FP4, bool X8, int NT>
 int blocks_per_sm() {
     static const int blocks = [] {
-        int n = 0;
         if (SMEM_BYTES > 48 * 1024)
             cudaFuncSetAttribute(gemv_kernel<FP4, X8, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_kernel<FP4, X8, NT>, WARPS * 32, SMEM_BYTES) != cudaSuccess || n < 1)
-            n = 1;
-        return n;
+        return splitk::resident_blocks(gemv_kernel<FP4, X8, NT>, WARPS * 32, SMEM_BYTES);
     }();
     return blocks;
 }
@@ -159,31 +155,17 @@ Result<gemv_plan> plan_gemv(const device_info &dev, const std::vector<gemv_matri
     // largest instance), never from a baked-in SM count.
     int blocks = 1 << 20;
     for (const gemv_matrix &m : mats) blocks = std::min(blocks, resident_blocks_per_sm(group_of(m), token_tiles(mats)));
-    const long target = long(dev.sm_count) * blocks * WARPS;
-    const int want = int(std::max<long>(1, target / std::max<long>(1, total_tiles)));
+    const int want = splitk::slices_wanted(long(dev.sm_count) * blocks * WARPS, total_tiles);
     const int slot_floats = token_tiles(mats) * 4 * 32;
-    size_t counters = 0, partials = 0;
+    splitk::workspace_layout ws;
     for (const gemv_matrix &m : plan.mats) {
-        const int nkb = m.K / 32, kps = CHUNK / (m.fp4 ? 16 : 32);
-        int ks = std::max(1, std::min(want, nkb / MIN_KB));
-        int per = (nkb + ks - 1) / ks;
-        per = (per + kps - 1) / kps * kps;
-        ks = (nkb + per - 1) / per;
+        const int ks = splitk::slice_count(m.K / 32, want, MIN_KB, stage_kb(m));
         plan.ksplit.push_back(ks);
-        if (ks > 1) {
-            counters += size_t(tiles_of(m));
-            partials += size_t(tiles_of(m)) * ks * slot_floats;
-        }
+        ws.add(size_t(tiles_of(m)), ks, size_t(slot_floats));
     }
-    size_t off = align256(counters * sizeof(unsigned)) + align256(partials * sizeof(float));
-    for (size_t i = 0; i < plan.mats.size(); i++) {
-        size_t mine = off;
-        for (size_t k = 0; k < i; k++)
-            if (plan.mats[k].x == plan.mats[i].x) mine = plan.x_offset[k];
-        plan.x_offset.push_back(mine);
-        if (mine == off) off += split_bytes(plan.mats[i]);
-    }
-    plan.workspace_bytes = off;
+    plan.workspace_bytes = splitk::place_x(
+        plan.mats, ws.x_begin(), [](const gemv_matrix &a, const gemv_matrix &b) { return a.x == b.x; }, split_bytes,
+        &plan.x_offset);
     return plan;
 }
 
@@ -191,11 +173,10 @@ Status run_gemv(const gemv_plan &plan, void *workspace, cudaStream_t stream) {
     char *ws = static_cast<char *>(workspace);
     const int nt = token_tiles(plan.mats);
     const int slot_floats = nt * 4 * 32;
-    size_t counters_total = 0;
-    for (size_t i = 0; i < plan.mats.size(); i++)
-        if (plan.ksplit[i] > 1) counters_total += size_t(tiles_of(plan.mats[i]));
+    splitk::workspace_layout layout;
+    for (size_t i = 0; i < plan.mats.size(); i++) layout.add(size_t(tiles_of(plan.mats[i])), plan.ksplit[i], 0);
     unsigned *counters = reinterpret_cast<unsigned *>(ws);
-    float *partials = reinterpret_cast<float *>(ws + align256(counters_total * sizeof(unsigned)));
+    float *partials = reinterpret_cast<float *>(ws + layout.counters_bytes());
     auto sx_of = [&](size_t i) {
         const gemv_matrix &m = plan.mats[i];
         return reinterpret_cast<float *>(ws + plan.x_offset[i] + align256(size_t(m.M) * m.K));
@@ -213,9 +194,7 @@ Status run_gemv(const gemv_plan &plan, void *workspace, cudaStream_t stream) {
         return Status::ok();
     };
     for (size_t i = 0; i < plan.mats.size(); i++) {
-        bool seen = false;
-        for (size_t k = 0; k < i; k++) seen |= plan.x_offset[k] == plan.x_offset[i];
-        if (seen) continue;
+        if (!splitk::first_use(plan.x_offset, i)) continue;
         const gemv_matrix &m = plan.mats[i];
         split_job &J = sb.jobs[sb.njobs++];
         J.x = m.x, J.xs = ws + plan.x_offset[i], J.sx = m.act_block ? sx_of(i) : nullptr;
@@ -250,11 +229,7 @@ Status run_gemv(const gemv_plan &plan, void *workspace, cudaStream_t stream) {
                 J.sshift = log2_exact(m.block_in / 32);
             }
             J.ksplit = ks;
-            J.kb_per_split = (m.K / 32 + ks - 1) / ks;
-            {  // the same rounding as plan_gemv: whole stages per slice
-                const int kps = CHUNK / (m.fp4 ? 16 : 32);
-                J.kb_per_split = (J.kb_per_split + kps - 1) / kps * kps;
-            }
+            J.kb_per_split = splitk::slice_len(m.K / 32, ks, stage_kb(m));  // as plan_gemv
             J.item_begin = items;
             J.partials = partials, J.counters = counters;
             if (ks > 1) {

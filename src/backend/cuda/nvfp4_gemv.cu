@@ -64,6 +64,7 @@
 
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/nvfp4_gemv_kernel.cuh"
+#include "backend/cuda/splitk_plan.cuh"
 
 namespace ds41rt::backend::cuda {
 
@@ -91,13 +92,8 @@ __global__ void __launch_bounds__(WARPS * 32) nvfp4_gemv_kernel(const __grid_con
 
 int tiles_of(const nvfp4_matrix &m) { return (m.N + 15) / 16; }
 int chunks_of(const nvfp4_matrix &m) { return (m.K + CHUNK_K - 1) / CHUNK_K; }
-size_t align256(size_t n) { return (n + 255) / 256 * 256; }
-
-int token_tiles(const std::vector<nvfp4_matrix> &mats) {
-    int max_m = 1;
-    for (const nvfp4_matrix &m : mats) max_m = std::max(max_m, m.M);
-    return max_m > 8 ? 2 : 1;
-}
+using splitk::align256;
+using splitk::token_tiles;
 
 // Quantized x and its row multipliers (16 floats, the most rows).
 size_t x_bytes(const nvfp4_matrix &m) { return align256(size_t(m.M) * m.K * 2) + align256(16 * sizeof(float)); }
@@ -108,12 +104,7 @@ bool same_x(const nvfp4_matrix &a, const nvfp4_matrix &b) {
 
 template <int NT>
 int blocks_per_sm() {
-    static const int blocks = [] {
-        int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, nvfp4_gemv_kernel<NT>, WARPS * 32, 0) != cudaSuccess || n < 1)
-            n = 1;
-        return n;
-    }();
+    static const int blocks = splitk::resident_blocks(nvfp4_gemv_kernel<NT>, WARPS * 32);
     return blocks;
 }
 
@@ -147,30 +138,16 @@ Result<nvfp4_gemv_plan> plan_nvfp4_gemv(const device_info &dev, const std::vecto
     // One wave of work items when K slicing can provide it (gemv.cu's reasoning): the resident
     // warp count comes from the device, never from a baked-in SM count.
     const int nt = token_tiles(mats);
-    const long target = long(dev.sm_count) * (nt == 1 ? blocks_per_sm<1>() : blocks_per_sm<2>()) * WARPS;
-    const int want = int(std::max<long>(1, target / std::max<long>(1, total_tiles)));
+    const int want = splitk::slices_wanted(
+        long(dev.sm_count) * (nt == 1 ? blocks_per_sm<1>() : blocks_per_sm<2>()) * WARPS, total_tiles);
     const int slot_floats = nt * 4 * 32;
-    size_t counters = 0, partials = 0;
+    splitk::workspace_layout ws;
     for (const nvfp4_matrix &m : plan.mats) {
-        const int nc = chunks_of(m);
-        int ks = std::max(1, std::min(want, nc / MIN_CHUNKS));
-        const int per = (nc + ks - 1) / ks;
-        ks = (nc + per - 1) / per;
+        const int ks = splitk::slice_count(chunks_of(m), want, MIN_CHUNKS);
         plan.ksplit.push_back(ks);
-        if (ks > 1) {
-            counters += size_t(tiles_of(m));
-            partials += size_t(tiles_of(m)) * ks * slot_floats;
-        }
+        ws.add(size_t(tiles_of(m)), ks, size_t(slot_floats));
     }
-    size_t off = align256(counters * sizeof(unsigned)) + align256(partials * sizeof(float));
-    for (size_t i = 0; i < plan.mats.size(); i++) {
-        size_t mine = off;
-        for (size_t k = 0; k < i; k++)
-            if (same_x(plan.mats[k], plan.mats[i])) mine = plan.x_offset[k];
-        plan.x_offset.push_back(mine);
-        if (mine == off) off += x_bytes(plan.mats[i]);
-    }
-    plan.workspace_bytes = off;
+    plan.workspace_bytes = splitk::place_x(plan.mats, ws.x_begin(), same_x, x_bytes, &plan.x_offset);
     return plan;
 }
 
@@ -178,11 +155,10 @@ Status run_nvfp4_gemv(const nvfp4_gemv_plan &plan, void *workspace, cudaStream_t
     char *ws = static_cast<char *>(workspace);
     const int nt = token_tiles(plan.mats);
     const int slot_floats = nt * 4 * 32;
-    size_t counters_total = 0;
-    for (size_t i = 0; i < plan.mats.size(); i++)
-        if (plan.ksplit[i] > 1) counters_total += size_t(tiles_of(plan.mats[i]));
+    splitk::workspace_layout layout;
+    for (size_t i = 0; i < plan.mats.size(); i++) layout.add(size_t(tiles_of(plan.mats[i])), plan.ksplit[i], 0);
     unsigned *counters = reinterpret_cast<unsigned *>(ws);
-    float *partials = reinterpret_cast<float *>(ws + align256(counters_total * sizeof(unsigned)));
+    float *partials = reinterpret_cast<float *>(ws + layout.counters_bytes());
     auto xs_of = [&](size_t i) { return reinterpret_cast<uint4 *>(ws + plan.x_offset[i]); };
     auto rowmul_of = [&](size_t i) {
         const nvfp4_matrix &m = plan.mats[i];
@@ -200,9 +176,7 @@ Status run_nvfp4_gemv(const nvfp4_gemv_plan &plan, void *workspace, cudaStream_t
         return Status::ok();
     };
     for (size_t i = 0; i < plan.mats.size(); i++) {
-        bool seen = false;
-        for (size_t k = 0; k < i; k++) seen |= plan.x_offset[k] == plan.x_offset[i];
-        if (seen) continue;
+        if (!splitk::first_use(plan.x_offset, i)) continue;
         const nvfp4_matrix &m = plan.mats[i];
         quant_job &Q = qb.jobs[qb.njobs++];
         Q.x = m.x, Q.xs = xs_of(i), Q.rowmul = rowmul_of(i), Q.input_scale = m.input_scale, Q.M = m.M, Q.K = m.K;
@@ -225,7 +199,7 @@ Status run_nvfp4_gemv(const nvfp4_gemv_plan &plan, void *workspace, cudaStream_t
             J.alpha = m.weight_scale_2 * (1.0f / 256.0f);
             J.N = m.N, J.K = m.K, J.M = m.M;
             J.ksplit = ks;
-            J.chunks_per_split = (chunks_of(m) + ks - 1) / ks;  // as plan_nvfp4_gemv
+            J.chunks_per_split = splitk::slice_len(chunks_of(m), ks);  // as plan_nvfp4_gemv
             J.item_begin = items;
             J.partials = partials, J.counters = counters;
             if (ks > 1) {

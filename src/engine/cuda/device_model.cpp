@@ -108,6 +108,8 @@ backend::cpu::dummy_tensor_desc desc_of(const model::dummy_tensor &t) {
     case model::storage_format::FP8_BLOCK:
     case model::storage_format::ENGRAM_TABLE: d.format = dummy_format::FP8_BLOCK; break;
     case model::storage_format::MXFP4: d.format = dummy_format::MXFP4; break;
+    case model::storage_format::NVFP4: d.format = dummy_format::NVFP4; break;
+    case model::storage_format::EXL3: d.format = dummy_format::EXL3; break;
     case model::storage_format::F32: d.format = dummy_format::F32; break;
     case model::storage_format::I64: d.format = dummy_format::I64; break;
     default: d.format = dummy_format::BF16; break;
@@ -123,6 +125,9 @@ backend::cpu::dummy_tensor_desc desc_of(const model::dummy_tensor &t) {
     case model::dummy_init::EXPERT_IDS: d.dist = dummy_dist::INDEX; d.index_range = t.rule.id_range; break;
     }
     d.id = t.id;
+    if (t.input_amax > 0) d.input_amax = t.input_amax;
+    if (t.exl3_bits > 0) d.exl3_bits = t.exl3_bits;
+    d.exl3_code_rms = t.exl3_code_rms;
     return d;
 }
 
@@ -156,10 +161,25 @@ Status device_model::fill(const model::dummy_tensor &t, int64_t rows, void **w, 
 }
 
 Result<device_model::nvfp4_dev> device_model::nvfp4(const std::string &name) {
-    if (!w_) return Status::not_supported(name + ": dummy weights have no NVFP4 form yet");
+    nvfp4_dev d;
+    if (!w_) {  // dummy weights: codes and E4M3 scales filled as published, the scalars from the encoding
+        auto t = dummy(name);
+        if (!t) return t.status();
+        if (t.value()->entry.format != model::storage_format::NVFP4)
+            return Status::invalid_argument(name + ": stored as " + model::storage_format_name(t.value()->entry.format) +
+                                            ", not NVFP4");
+        auto enc = backend::cpu::dummy_encoding_for(desc_of(*t.value()));
+        if (!enc) return enc.status();
+        void *w = nullptr, *scale = nullptr;
+        DS41RT_RETURN_IF_ERROR(fill(*t.value(), -1, &w, &scale));
+        d.codes = static_cast<const uint8_t *>(w);
+        d.scales = static_cast<const uint8_t *>(scale);
+        d.weight_scale_2 = enc->weight_scale_2;
+        d.input_scale = enc->input_scale;
+        return d;
+    }
     auto l = w_->nvfp4(name);
     if (!l) return l.status();
-    nvfp4_dev d;
     auto c = upload(l->codes, size_t(l->out * l->in / 2));
     if (!c) return c.status();
     auto sc = upload(l->scales, size_t(l->out * l->in / 16));
@@ -168,6 +188,44 @@ Result<device_model::nvfp4_dev> device_model::nvfp4(const std::string &name) {
     d.scales = static_cast<const uint8_t *>(sc.value());
     d.weight_scale_2 = l->weight_scale_2;
     d.input_scale = l->input_scale;
+    return d;
+}
+
+Result<device_model::exl3_dev> device_model::exl3(const std::string &name) {
+    exl3_dev d;
+    if (!w_) {  // dummy weights: trellis, then suh and svh in one scale buffer (backend/cpu/dummy_values.h)
+        auto t = dummy(name);
+        if (!t) return t.status();
+        const model::dummy_tensor &x = *t.value();
+        if (x.entry.format != model::storage_format::EXL3)
+            return Status::invalid_argument(name + ": stored as " + model::storage_format_name(x.entry.format) +
+                                            ", not EXL3");
+        void *w = nullptr, *sv = nullptr;
+        DS41RT_RETURN_IF_ERROR(fill(x, -1, &w, &sv));
+        d.out = x.entry.shape[0];
+        d.in = x.entry.shape[1];
+        d.k = x.exl3_bits;
+        d.cb = cfg_.exl3_cb;
+        d.trellis = static_cast<const uint16_t *>(w);
+        d.suh = static_cast<const uint16_t *>(sv);
+        d.svh = d.suh + d.in;
+        return d;
+    }
+    auto l = w_->exl3(name);
+    if (!l) return l.status();
+    auto tr = upload(l->trellis, size_t(l->in * l->out / 8 * l->k));
+    if (!tr) return tr.status();
+    auto su = upload(l->suh, size_t(l->in) * 2);
+    if (!su) return su.status();
+    auto sv = upload(l->svh, size_t(l->out) * 2);
+    if (!sv) return sv.status();
+    d.in = l->in;
+    d.out = l->out;
+    d.k = l->k;
+    d.cb = l->cb;
+    d.trellis = static_cast<const uint16_t *>(tr.value());
+    d.suh = static_cast<const uint16_t *>(su.value());
+    d.svh = static_cast<const uint16_t *>(sv.value());
     return d;
 }
 
@@ -254,15 +312,17 @@ Result<dlinear> device_model::linear(const std::string &name) {
     if (!w_) {  // dummy weights: filled in the stored format
         auto t = dummy(name);
         if (!t) return t.status();
-        void *w = nullptr, *scale = nullptr;
-        DS41RT_RETURN_IF_ERROR(fill(*t.value(), -1, &w, &scale));
-        switch (fmt.value()) {
+        switch (fmt.value()) {  // before filling: a refused format allocates nothing
         case model::storage_format::FP8_BLOCK: L.k = dlinear::kind::FP8; break;
         case model::storage_format::MXFP4: L.k = dlinear::kind::MXFP4; break;
         case model::storage_format::BF16: L.k = dlinear::kind::DENSE; L.wd_bf16 = true; break;
         case model::storage_format::F32: L.k = dlinear::kind::DENSE; break;
-        default: return Status::not_supported(name + ": no dummy GPU linear for this format");
+        default:
+            return Status::not_supported(name + ": stored as " + model::storage_format_name(fmt.value()) +
+                                         ", which has no GPU linear (NVFP4 / EXL3 experts: device_model::nvfp4 / exl3)");
         }
+        void *w = nullptr, *scale = nullptr;
+        DS41RT_RETURN_IF_ERROR(fill(*t.value(), -1, &w, &scale));
         L.bo = cfg_.fp8_block_out;
         L.bi = cfg_.fp8_block_in;
         if (L.k == dlinear::kind::DENSE) L.wd = w;

@@ -102,13 +102,23 @@ public:
     Result<dlinear> linear(const std::string &name);
     Result<const float *> vec(const std::string &name);           // any float dtype -> fp32
     Result<const uint16_t *> bf16_table(const std::string &name);  // BF16 as stored (embedding)
-    // An NVFP4 routed-expert linear (checkpoints only): codes and E4M3 scales uploaded as
-    // published, the two per-tensor scalars.
+    // An NVFP4 routed-expert linear: codes and E4M3 scales as published (uploaded, or filled for
+    // dummy weights), the two per-tensor scalars.
     struct nvfp4_dev {
         const uint8_t *codes = nullptr, *scales = nullptr;
         float weight_scale_2 = 0, input_scale = 0;
     };
     Result<nvfp4_dev> nvfp4(const std::string &name);
+    // An EXL3 routed-expert linear (name: the catalog's "....w1.weight"): the trellis tiles
+    // [in/16, out/16, 16 K] int16, suh [in] and svh [out] fp16, as stored (uploaded, or filled for
+    // dummy weights); the codebook from the config. What backend/cuda/exl3_gemv takes.
+    struct exl3_dev {
+        int64_t in = 0, out = 0;
+        int k = 0;
+        model::exl3_codebook cb = model::exl3_codebook::MCG;
+        const uint16_t *trellis = nullptr, *suh = nullptr, *svh = nullptr;
+    };
+    Result<exl3_dev> exl3(const std::string &name);
     Result<model::storage_format> format(const std::string &name) const;
     Result<shape_t> shape(const std::string &name) const;
     Result<Tensor> host_f32(const std::string &name) const;        // small tensors the host reads
