@@ -115,8 +115,10 @@ __global__ void __launch_bounds__(WARPS * 32) dense_kernel(const float *__restri
     const int64_t m_end = m_begin + rows_per_slice < M ? m_begin + rows_per_slice : M;
     const int64_t nchunks = (K + CHUNK - 1) / CHUNK;
     // Chunks per stage: one column and few rows per lane leave the registers to keep 4 chunks
-    // in flight (a narrow N at decode is latency-bound: K / 64 dependent loads per lane otherwise).
-    constexpr int U = R == 1 && MT <= 4 ? 4 : 1;
+    // in flight (a narrow N at decode is latency-bound: K / 64 dependent loads per lane otherwise),
+    // one row 16: V4.1's router gate (384 x 5120 bf16, 24 blocks) took 30 us at U = 4, a memory
+    // latency per stage of 4. The chains (and so the bits) do not depend on U.
+    constexpr int U = R == 1 && MT == 1 ? 16 : R == 1 && MT <= 4 ? 4 : 1;
     for (int64_t m0 = m_begin; m0 < m_end; m0 += MT) {
         const float *xr[MT];
 #pragma unroll
