@@ -45,6 +45,9 @@
 #include "engine/rope.h"
 #include "engine/v41_steps.h"
 #include "experts/remote.h"
+#ifdef DS41RT_HAVE_NCCL
+#include "experts/cuda/nccl_remote.h"
+#endif
 
 namespace ds41rt::engine::gpu {
 
@@ -580,6 +583,45 @@ private:
     Status moe_remote(const layer_dev &L, int layer, const float *x, int64_t S, const float *logits_host,
                       float *out) const {
         const int64_t D = c_.dim;
+#ifdef DS41RT_HAVE_NCCL
+        // GPU workers over NCCL (experts/cuda/nccl_remote): x stays on the device, the host's
+        // routes go up as ids / weights, the ranks' partials come back to the device and are
+        // added there in rank order; the shared expert runs behind the exchange on the stream.
+        if (layout_.layer_nccl(layer)) {
+            if (!nccl_) nccl_ = std::make_unique<experts::nccl_remote>(layout_, D, m_->device().device);
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(pinned_.ready));
+            const backend::cpu::route_table rt = v41::route(c_, logits_host, L.gate_bias.f(), S);
+            const int K = int(c_.n_activated_experts);
+            std::vector<int32_t> ids;
+            std::vector<float> wts;
+            for (int64_t r = 0; r < S; r++) {
+                if (int(rt.offsets[size_t(r) + 1] - rt.offsets[size_t(r)]) != K)
+                    return Status::internal("router gave a row the wrong route count");
+                for (uint32_t i = rt.offsets[size_t(r)]; i < rt.offsets[size_t(r) + 1]; i++)
+                    ids.push_back(int32_t(rt.routes[i].expert)), wts.push_back(rt.routes[i].weight);
+            }
+            auto ids_d = m_->upload_temp(ids.data(), ids.size() * sizeof(int32_t));
+            if (!ids_d) return ids_d.status();
+            auto w_d = m_->upload_temp(wts.data(), wts.size() * sizeof(float));
+            if (!w_d) return w_d.status();
+            backend::cpu::expert_numerics nm;
+            nm.official = official_;
+            dtemp accd = m_->temp_f32(S * D);
+            DS41RT_RETURN_IF_ERROR(
+                nccl_->enqueue(layer, nm, x, ids_d->as<int32_t>(), w_d->as<float>(), S, K, accd.f(), st()));
+            const int64_t I = L.sw1.N;
+            dtemp g = m_->temp_f32(S * I), u = m_->temp_f32(S * I), sh = m_->temp_f32(S * D);
+            DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.sw1, x, g.f()}, {&L.sw3, x, u.f()}}, S, lin::FP8));
+            DS41RT_RETURN_IF_ERROR(cuda::swiglu_rows(g.f(), u.f(), nullptr, g.f(), S, I, c_.swiglu_limit, official_, st()));
+            DS41RT_RETURN_IF_ERROR(m_->run_linear(L.sw2, g.f(), sh.f(), S, lin::FP8));
+            DS41RT_RETURN_IF_ERROR(nccl_->wait());
+            end();
+            begin("moe.remote-combine");
+            DS41RT_RETURN_IF_ERROR(cuda::add_rows(accd.f(), sh.f(), out, S * D, official_, st()));
+            end();
+            return Status::ok();
+        }
+#endif
         std::vector<float> xh(static_cast<size_t>(S * D)), acc(static_cast<size_t>(S * D));
         DS41RT_RETURN_IF_ERROR(m_->to_host(xh.data(), x, xh.size() * sizeof(float)));  // also waits for the logits
         const backend::cpu::route_table rt = v41::route(c_, logits_host, L.gate_bias.f(), S);
@@ -826,6 +868,9 @@ private:
     std::vector<layer_dev> layers_;
     experts::remote_layout layout_;
     std::unique_ptr<experts::remote_experts> remote_;  // set when some layers are remote
+#ifdef DS41RT_HAVE_NCCL
+    mutable std::unique_ptr<experts::nccl_remote> nccl_;  // made by the first NCCL layer (moe_remote)
+#endif
     mutable section_timer prof_;
     mutable pinned_buffer pinned_;
 };
