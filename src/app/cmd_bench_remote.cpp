@@ -94,7 +94,7 @@ layer_input random_input(const model::model_config &c, int rows, std::mt19937 &r
     in.rt.offsets.push_back(0);
     const int K = int(c.n_activated_experts), E = int(c.n_routed_experts);
     for (int r = 0; r < rows; r++) {
-        std::vector<int32_t> pick(size_t(E));
+        std::vector<int32_t> pick(static_cast<size_t>(E));
         std::iota(pick.begin(), pick.end(), 0);
         std::shuffle(pick.begin(), pick.end(), rng);
         std::sort(pick.begin(), pick.begin() + K);
@@ -170,7 +170,8 @@ int run_bench_remote(const bench_remote_args &a, const std::string &command_line
                 std::vector<float> acc(in.x.size());
                 for (int i = 0; i < a.iters + 5; i++) {
                     const auto t0 = clock::now();
-                    Status st = r.run(first_remote, nm, in.x.data(), in.rt, acc.data());
+                    Status st = r.start(first_remote, nm, in.x.data(), in.rt);
+                    if (st) st = r.finish(acc.data());
                     if (!st) return fmt::print(stderr, "bench-remote: tcp: {}\n", st.to_string()), 1;
                     if (i >= 5) us.push_back(us_since(t0));
                 }

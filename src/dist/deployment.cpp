@@ -319,6 +319,10 @@ std::vector<launch_command> launch_commands(const deployment &d, const Plan &pla
         c.endpoint = w.endpoint;
         c.argv = {d.binary, "worker", "--plan", d.plan_path, "--rank", std::to_string(i), "--listen", w.endpoint,
                   "--model", d.model_path};
+        if (w.transport == "nccl") {  // the NCCL data path needs the slices on the worker's GPU
+            c.argv.insert(c.argv.end(), {"--device", std::to_string(w.device)});
+            c.env.push_back({"NCCL_NVLS_ENABLE", "0"});
+        }
         c.line = command_line(c);
         out.push_back(std::move(c));
     }

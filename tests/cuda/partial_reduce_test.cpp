@@ -32,10 +32,11 @@ TEST(PartialReduce, RankOrderedSumIsBitExact) {
             // Mixed magnitudes, so the order of the adds changes the rounding (a reordered sum fails).
             std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
             std::uniform_int_distribution<int> ex(-12, 12);
-            std::vector<std::vector<float>> parts(size_t(tp), std::vector<float>(size_t(n)));
+            const size_t un = static_cast<size_t>(n);
+            std::vector<std::vector<float>> parts(static_cast<size_t>(tp), std::vector<float>(un));
             for (auto &p : parts)
                 for (float &v : p) v = std::ldexp(mant(rng), ex(rng));
-            std::vector<float> ref(size_t(n));
+            std::vector<float> ref(un);
             for (int64_t i = 0; i < n; i++) {
                 float s = parts[0][size_t(i)];
                 for (int r = 1; r < tp; r++) s += parts[size_t(r)][size_t(i)];
@@ -59,7 +60,7 @@ TEST(PartialReduce, RankOrderedSumIsBitExact) {
             ASSERT_TRUE(st) << st.to_string();
             ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
             const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-            std::vector<float> got(size_t(n));
+            std::vector<float> got(un);
             ASSERT_EQ(cudaMemcpy(got.data(), out, size_t(n) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
             size_t diff = 0;
             for (int64_t i = 0; i < n; i++)

@@ -107,7 +107,7 @@ protected:
         const std::string bin = worker_binary(), rank = std::to_string(r), lg = log(r);
         pid_t pid = fork();
         if (pid == 0) {
-            int fd = open(lg.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+            int fd = ::open(lg.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
             if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
             execl(bin.c_str(), bin.c_str(), "worker", "--model", dir_.c_str(), "--plan", plan_path_.c_str(), "--rank",
                   rank.c_str(), "--device", "1", static_cast<char *>(nullptr));
