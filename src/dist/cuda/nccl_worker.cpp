@@ -87,7 +87,8 @@ private:
 
     // Waits for the stream's last group; polls the link and the control channel meanwhile.
     Status wait(deadline d, const char *what) {
-        for (int spin = 0;; spin++) {
+        // Spin first (a decode step's next layer comes within microseconds), then poll gently.
+        for (uint64_t spin = 0;; spin++) {
             const cudaError_t e = cudaEventQuery(done_);
             if (e == cudaSuccess) return Status::ok();
             if (e != cudaErrorNotReady) return backend::cuda::cuda_status(e, what, __FILE__, __LINE__);
