@@ -10,7 +10,10 @@
 //  - faults: a stalled worker (SIGSTOP) makes the step UNAVAILABLE naming the layer within the
 //    layout's timeout; a worker killed mid-request (SIGKILL while the request waits on it) makes
 //    it UNAVAILABLE well before that timeout (its control channel closes); after the worker is
-//    restarted, service resumes with the same logits.
+//    restarted, service resumes with the same logits;
+//  - the exchange itself (experts/cuda/nccl_remote, no engine): a layer the worker does not hold
+//    comes back as a non-zero status word, UNAVAILABLE naming the reason; the next request on a
+//    held layer re-links and writes every element of the NaN-poisoned sum.
 // Skips with a message without two GPUs. NCCL comes from the environment's libnccl.so.2.
 #include <gtest/gtest.h>
 
@@ -20,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -30,6 +34,7 @@
 #include "dist/plan.h"
 #include "dist/tcp_transport.h"
 #include "engine/engine.h"
+#include "experts/cuda/nccl_remote.h"
 #include "experts/from_plan.h"
 #include "model/synth.h"
 
@@ -273,6 +278,70 @@ TEST_F(NcclWorkers, StalledAndKilledWorkersFailCleanlyAndServiceResumes) {
     std::printf("[ nccl worker ] after the restart: max |dlogit| / max |logit| = %.3g\n", err);
     EXPECT_LE(err, 1e-5);
     EXPECT_EQ(gafter, gref);
+}
+
+TEST_F(NcclWorkers, AStatusWordIsAnErrorNamingItsReason) {
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    experts::remote_layout layout = experts::layout_from_plan(plan_, 5000, 1000);
+    layout.layer_ranks[0] = {0, 1};  // layer 0 is local in the plan: the workers hold no slice of it
+    const int64_t D = 64, rows = 3;
+    const int K = 2;
+    std::vector<float> x(static_cast<size_t>(rows * D)), w(static_cast<size_t>(rows * K), 0.25f);
+    std::vector<int32_t> ids;
+    for (int64_t r = 0; r < rows; r++) ids.push_back(int32_t(r % 4)), ids.push_back(int32_t(4 + r % 4));
+    for (size_t i = 0; i < x.size(); i++) x[i] = float(std::sin(double(i)));
+    void *xd = nullptr, *idd = nullptr, *wd = nullptr, *acc = nullptr;
+    ASSERT_EQ(cudaMalloc(&xd, x.size() * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&idd, ids.size() * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&wd, w.size() * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&acc, x.size() * 4), cudaSuccess);
+    cudaMemcpy(xd, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(idd, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(wd, w.data(), w.size() * 4, cudaMemcpyHostToDevice);
+    cudaStream_t s = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    {
+        experts::nccl_remote r(layout, D, 0);
+        backend::cpu::expert_numerics nm;
+        Status st = r.enqueue(0, nm, static_cast<float *>(xd), static_cast<int32_t *>(idd), static_cast<float *>(wd),
+                              rows, K, static_cast<float *>(acc), s);
+        if (st) st = r.wait();
+        std::printf("[ nccl worker ] layer not held: %s\n", st.to_string().c_str());
+        ASSERT_FALSE(st);
+        EXPECT_EQ(st.code(), status_code::UNAVAILABLE);
+        EXPECT_NE(st.message().find("layer 0"), std::string::npos) << st.message();
+        EXPECT_NE(st.message().find("layer not held"), std::string::npos) << st.message();
+
+        ASSERT_EQ(cudaMemset(acc, 0xff, x.size() * 4), cudaSuccess);  // NaN poison
+        const auto t0 = clk::now();
+        st = r.enqueue(2, nm, static_cast<float *>(xd), static_cast<int32_t *>(idd), static_cast<float *>(wd), rows, K,
+                       static_cast<float *>(acc), s);
+        if (st) st = r.wait();
+        ASSERT_TRUE(st) << st.to_string();
+        const double first_ms = std::chrono::duration<double, std::milli>(clk::now() - t0).count();
+        std::vector<float> got(x.size());
+        cudaMemcpy(got.data(), acc, got.size() * 4, cudaMemcpyDeviceToHost);
+        double mx = 0;
+        for (float v : got) {
+            ASSERT_TRUE(std::isfinite(v)) << "an element of the sum was not written";
+            mx = std::max(mx, double(std::fabs(v)));
+        }
+        EXPECT_GT(mx, 0.0);
+        std::vector<double> us;
+        for (int i = 0; i < 50; i++) {
+            const auto t1 = clk::now();
+            st = r.enqueue(2, nm, static_cast<float *>(xd), static_cast<int32_t *>(idd), static_cast<float *>(wd), rows,
+                           K, static_cast<float *>(acc), s);
+            if (st) st = r.wait();
+            ASSERT_TRUE(st) << st.to_string();
+            us.push_back(std::chrono::duration<double, std::micro>(clk::now() - t1).count());
+        }
+        std::sort(us.begin(), us.end());
+        std::printf("[ nccl worker ] re-link + first exchange %.1f ms; then TP2 round trip (3 rows) p50 %.1f us (info)\n",
+                    first_ms, us[us.size() / 2]);
+    }
+    cudaStreamDestroy(s);
+    for (void *p : {xd, idd, wd, acc}) cudaFree(p);
 }
 
 }  // namespace
