@@ -586,7 +586,8 @@ private:
 #ifdef DS41RT_HAVE_NCCL
         // GPU workers over NCCL (experts/cuda/nccl_remote): x stays on the device, the host's
         // routes go up as ids / weights, the ranks' partials come back to the device and are
-        // added there in rank order; the shared expert runs behind the exchange on the stream.
+        // added there in rank order; the shared expert runs while the ranks work (the exchange
+        // is forked off the stream and joined back by wait()).
         if (layout_.layer_nccl(layer)) {
             if (!nccl_) nccl_ = std::make_unique<experts::nccl_remote>(layout_, D, m_->device().device);
             DS41RT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(pinned_.ready));

@@ -54,6 +54,8 @@ nccl_remote::nccl_remote(remote_layout layout, int64_t dim, int device)
 nccl_remote::~nccl_remote() {
     peers_.clear();
     if (done_) cudaEventDestroy(done_);
+    if (fork_) cudaEventDestroy(fork_);
+    if (side_) cudaStreamDestroy(side_);
 }
 
 Status nccl_remote::ensure_linked(int w, deadline d) {
@@ -135,7 +137,7 @@ Status nccl_remote::failed(int i, const Status &st) {
 }
 
 Status nccl_remote::enqueue(int layer, const backend::cpu::expert_numerics &nm, const float *x, const int32_t *ids, const float *weights,
-                            int64_t rows, int k, float *acc, cudaStream_t stream) {
+                            int64_t rows, int k, float *acc, cudaStream_t caller_stream) {
     if (layer_ >= 0) return Status::internal("experts: NCCL enqueue() with layer " + std::to_string(layer_) + " in flight");
     if (layer < 0 || size_t(layer) >= layout_.layer_ranks.size() || layout_.layer_ranks[size_t(layer)].empty())
         return Status::internal("experts: layer " + std::to_string(layer) + " is not remote");
@@ -144,6 +146,13 @@ Status nccl_remote::enqueue(int layer, const backend::cpu::expert_numerics &nm, 
     if (tp > backend::cuda::MAX_REDUCE_RANKS)
         return Status::not_supported("experts: NCCL layers up to TP " + std::to_string(backend::cuda::MAX_REDUCE_RANKS));
     if (!done_) DS41RT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    if (!fork_) DS41RT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+    if (!side_) DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+    // The exchange starts once the caller's stream has produced x, ids and weights.
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaEventRecord(fork_, caller_stream));
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side_, fork_, 0));
+    cudaStream_t stream = side_;
+    caller_ = caller_stream;
     layer_ = layer;
     rows_ = rows;
     recorded_ = false;
@@ -236,6 +245,8 @@ Status nccl_remote::wait() {
     }
     recorded_ = false;
     layer_ = -1;
+    // Join: the caller's later work (the sum's consumer) is ordered after the exchange.
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(caller_, done_, 0));
     return Status::ok();
 }
 

@@ -2,7 +2,10 @@
 // workers are GPU workers reached GPU to GPU, with the rows, routes and partials staying in
 // device memory and every transfer ordered on the caller's CUDA stream.
 //
-// enqueue() puts one layer's exchange on the stream: for every TP rank, in one ncclGroupStart/
+// enqueue() puts one layer's exchange behind the caller's stream: forked from it (an event) onto
+// this object's own stream, so the caller's next kernels (the engine's shared expert) run while
+// the ranks work, and joined back to it by wait(); a fork / join that CUDA graph capture keeps.
+// On the side stream: for every TP rank, in one ncclGroupStart/
 // End over the ranks' communicators, the 64-byte header, x [rows, dim] f32, ids [rows, K] i32
 // and weights [rows, K] f32 go out and the partial [rows, dim] f32 plus the status word come
 // back; then backend/cuda/partial_reduce adds the partials in FP32 in rank order into acc and
@@ -57,7 +60,9 @@ private:
     int64_t rows_ = 0;
     dist::deadline d_{};
     bool recorded_ = false;  // done_ marks the layer in flight
-    cudaEvent_t done_ = nullptr;
+    cudaEvent_t done_ = nullptr, fork_ = nullptr;
+    cudaStream_t side_ = nullptr;    // where the exchanges run
+    cudaStream_t caller_ = nullptr;  // the stream of the layer in flight (joined by wait())
 };
 
 }  // namespace ds41rt::experts
