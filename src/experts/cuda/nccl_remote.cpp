@@ -123,12 +123,16 @@ Status nccl_remote::failed(int i, const Status &st) {
         p.link.reset();
         if (p.ch) p.ch->close();
     }
+    // Whatever reached the side stream before the failure must end before the caller reuses its
+    // buffers (x, ids, weights, acc): mark it, wait for it (bounded), and order the caller after it.
+    if (!recorded_ && side_ && done_ && cudaEventRecord(done_, side_) == cudaSuccess) recorded_ = true;
     if (recorded_) {
         const deadline drain = after_ms(5000);
         cudaError_t e;
         while ((e = cudaEventQuery(done_)) == cudaErrorNotReady && clock::now() < drain)
             std::this_thread::sleep_for(std::chrono::microseconds(100));
         if (e == cudaErrorNotReady) m += " (the stream did not drain within 5 s of the abort)";
+        if (caller_) cudaStreamWaitEvent(caller_, done_, 0);
     }
     recorded_ = false;
     layer_ = -1;
