@@ -26,8 +26,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 rc=0
 "$D/ds41rt_cuda_tests" --gtest_filter='PartialReduce*' > "$OUT/partial-reduce.log" 2>&1 || rc=1
 grep -E '^\[  (PASSED|FAILED)|partial reduce' "$OUT/partial-reduce.log"
-"$D/ds41rt_cuda_engine_tests" --gtest_filter='NcclWorkers*:GpuWorker*' > "$OUT/nccl-tests.log" 2>&1 || rc=1
-grep -E '^\[  (PASSED|FAILED|SKIPPED)|nccl worker|gpu worker\] (GPU|CPU) coord' "$OUT/nccl-tests.log"
+"$D/ds41rt_cuda_engine_tests" --gtest_filter='NcclWorkers*:DummyWorker*:GpuWorker*' > "$OUT/nccl-tests.log" 2>&1 || rc=1
+grep -E '^\[  (PASSED|FAILED|SKIPPED)|nccl worker|dummy worker|gpu worker\] (GPU|CPU) coord' "$OUT/nccl-tests.log"
 
 LAYERS=${LAYERS:-8} REMOTE=${REMOTE:-4} TP=${TP:-1}
 python3 - "$LAYERS" "$REMOTE" "$TP" > "$OUT/plan.json" <<'PY'
