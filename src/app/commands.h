@@ -23,5 +23,6 @@ void register_launch(CLI::App &app, command_list &cmds);
 void register_worker(CLI::App &app, command_list &cmds);
 void register_chat(CLI::App &app, command_list &cmds);
 void register_bench(CLI::App &app, command_list &cmds);
+void register_bench_remote(CLI::App &app, command_list &cmds);
 
 }  // namespace ds41rt::app

@@ -18,6 +18,7 @@ int main(int argc, char **argv) {
     ds41rt::app::register_worker(app, cmds);
     ds41rt::app::register_chat(app, cmds);
     ds41rt::app::register_bench(app, cmds);
+    ds41rt::app::register_bench_remote(app, cmds);
     CLI11_PARSE(app, argc, argv);
     for (auto &c : cmds)
         if (c.sub->parsed()) return c.run();

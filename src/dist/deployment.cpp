@@ -221,6 +221,10 @@ Result<deployment> parse_deployment(std::string_view text) {
     }
 
     // ---- workers ----
+    // "transport" at the top level is every worker's default; a worker's own key overrides it.
+    const std::string default_transport = r.str("transport", "tcp");
+    if (default_transport != "tcp" && default_transport != "nccl")
+        return Status::invalid_argument("deployment: transport: '" + default_transport + "' is not \"tcp\" or \"nccl\"");
     const json *workers = r.array("workers");
     DEPLOY_TRY(r);
     std::set<std::string> endpoints;
@@ -231,9 +235,15 @@ Result<deployment> parse_deployment(std::string_view text) {
         ws.endpoint = w.str("endpoint", "");
         ws.device = w.device("device", 0);
         ws.budget = w.size("budget", DEFAULT_GPU_BUDGET);
+        ws.transport = w.str("transport", default_transport);
         w.no_other_keys();
         DEPLOY_TRY(w);
         if (ws.endpoint.empty()) return Status::invalid_argument("deployment: " + path + ".endpoint is missing");
+        if (ws.transport != "tcp" && ws.transport != "nccl")
+            return Status::invalid_argument("deployment: " + path + ".transport: '" + ws.transport +
+                                            "' is not \"tcp\" or \"nccl\"");
+        if (ws.transport == "nccl" && ws.device < 0)
+            return Status::invalid_argument("deployment: " + path + ".transport: nccl needs a GPU worker (device)");
         auto host = endpoint_host(ws.endpoint, nullptr);
         if (!host) return Status::invalid_argument("deployment: " + path + ".endpoint: " + host.status().message());
         if (!endpoints.insert(ws.endpoint).second)
@@ -309,6 +319,10 @@ std::vector<launch_command> launch_commands(const deployment &d, const Plan &pla
         c.endpoint = w.endpoint;
         c.argv = {d.binary, "worker", "--plan", d.plan_path, "--rank", std::to_string(i), "--listen", w.endpoint,
                   "--model", d.model_path};
+        if (w.transport == "nccl") {  // the NCCL data path needs the slices on the worker's GPU
+            c.argv.insert(c.argv.end(), {"--device", std::to_string(w.device)});
+            c.env.push_back({"NCCL_NVLS_ENABLE", "0"});
+        }
         c.line = command_line(c);
         out.push_back(std::move(c));
     }

@@ -311,6 +311,7 @@ Result<placement> place(const placement_input &in) {
         WorkerSlot slot;
         slot.endpoint = ws.endpoint;
         slot.device = ws.device;
+        slot.transport = ws.transport;
         slot.budget.name = "worker" + std::to_string(i);
         slot.budget.budget_bytes = ws.budget;
         if (!share.layers.empty()) {

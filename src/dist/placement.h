@@ -37,6 +37,7 @@ struct worker_spec {
     std::string endpoint;     // host:port of its control channel
     int device = 0;           // CUDA device on its host, -1 = CPU backend
     uint64_t budget = 0;      // bytes it may use (device memory, or host memory for the CPU backend)
+    std::string transport = "tcp";  // "tcp" | "nccl" (dist/plan.h WorkerSlot)
 };
 
 struct placement_input {

@@ -57,6 +57,7 @@ static ordered_json plan_json(const Plan &p, bool with_charges) {
         ordered_json wj;
         wj["endpoint"] = w.endpoint;
         wj["device"] = w.device;
+        if (w.transport != "tcp") wj["transport"] = w.transport;
         wj["budget"] = budget_json(w.budget, with_charges);
         j["workers"].push_back(wj);
     }
@@ -144,6 +145,7 @@ Result<Plan> parse_plan(std::string_view text) {
         nlohmann::json b;
         PLAN_TRY(field(workers[i], "endpoint", path, w.endpoint));
         PLAN_TRY(field(workers[i], "device", path, w.device));
+        if (workers[i].contains("transport")) PLAN_TRY(field(workers[i], "transport", path, w.transport));
         PLAN_TRY(field(workers[i], "budget", path, b));
         PLAN_TRY(parse_budget(b, path + ".budget", w.budget));
         p.workers.push_back(std::move(w));
@@ -188,6 +190,13 @@ Status validate(const Plan &p) {
             continue;
         }
         if (l.ranks.empty()) return Status::invalid_argument(where + ": remote with no ranks");
+        // One layer, one transport: the NCCL path reduces the ranks' partials on the device.
+        bool mixed = false;
+        for (int r : l.ranks)
+            if (r >= 0 && r < int(p.workers.size()) && p.workers[size_t(r)].transport != p.workers[size_t(l.ranks[0])].transport)
+                mixed = true;
+        if (mixed && l.ranks[0] >= 0 && l.ranks[0] < int(p.workers.size()))
+            return Status::invalid_argument(where + ": its ranks mix transports (one layer's workers share one)");
         std::set<int> seen;
         for (int r : l.ranks) {
             if (r < 0 || r >= int(p.workers.size()))
@@ -195,6 +204,15 @@ Status validate(const Plan &p) {
             if (!seen.insert(r).second)
                 return Status::invalid_argument(where + ": worker " + std::to_string(r) + " listed twice");
         }
+    }
+    for (size_t i = 0; i < p.workers.size(); i++) {
+        const WorkerSlot &w = p.workers[i];
+        if (w.transport != "tcp" && w.transport != "nccl")
+            return Status::invalid_argument("plan: workers[" + std::to_string(i) + "].transport '" + w.transport +
+                                            "' is not \"tcp\" or \"nccl\"");
+        if (w.transport == "nccl" && w.device < 0)
+            return Status::invalid_argument("plan: workers[" + std::to_string(i) +
+                                            "]: the nccl transport needs a GPU worker (device >= 0)");
     }
     auto check_budget = [](const DeviceBudget &b) -> Status {
         if (b.budget_bytes != 0 && b.charged() > b.budget_bytes)

@@ -28,6 +28,11 @@ struct WorkerSlot {
     std::string endpoint;  // "host:port" (TCP control channel; NCCL bootstraps over it)
     int device = -1;       // CUDA device on the worker's host, -1 = CPU backend
     DeviceBudget budget;
+    // "tcp" (rows framed over the control channel) or "nccl" (rows GPU to GPU, GPU workers with
+    // a GPU coordinator; bootstrapped over the control channel). Written to plan.json only when
+    // not "tcp", so plans without it keep their versions. Last, so {endpoint, device, budget}
+    // initialisers keep meaning what they meant.
+    std::string transport = "tcp";
 };
 
 // The routed experts of one layer: held by a coordinator device at full width, or by `ranks`

@@ -59,7 +59,7 @@ std::string hex(uint64_t v) {
     return buf;
 }
 
-bool known_kind(uint16_t k) { return k >= uint16_t(frame_kind::HELLO) && k <= uint16_t(frame_kind::ERROR); }
+bool known_kind(uint16_t k) { return k >= uint16_t(frame_kind::HELLO) && k <= uint16_t(frame_kind::NCCL_BOOTSTRAP_REPLY); }
 
 void write_header(const frame_header &h, uint8_t *p) {
     std::memset(p, 0, HEADER_BYTES);
@@ -109,11 +109,15 @@ const char *frame_kind_name(frame_kind k) {
     case frame_kind::EXPERT_REQUEST: return "EXPERT_REQUEST";
     case frame_kind::EXPERT_RESPONSE: return "EXPERT_RESPONSE";
     case frame_kind::ERROR: return "ERROR";
+    case frame_kind::NCCL_BOOTSTRAP: return "NCCL_BOOTSTRAP";
+    case frame_kind::NCCL_BOOTSTRAP_REPLY: return "NCCL_BOOTSTRAP_REPLY";
     }
     return "unknown";
 }
 
 // ---- encoding ---------------------------------------------------------------------------------
+
+frame_bytes encode_frame(frame_header h, const std::vector<uint8_t> &payload) { return finish(h, payload); }
 
 frame_bytes encode_hello(frame_kind kind, uint64_t placement_version, uint32_t executor, uint8_t tp_rank, uint8_t tp) {
     frame_header h;
@@ -257,6 +261,8 @@ Result<frame_header> decode_frame(const frame_bytes &f) {
     case frame_kind::ERROR:
         if (hd.payload_bytes > MAX_REASON_BYTES) return Status::corruption("oversize error reason");
         break;
+    case frame_kind::NCCL_BOOTSTRAP:
+    case frame_kind::NCCL_BOOTSTRAP_REPLY: break;  // dist/nccl_wire.cpp checks these payloads
     }
     return h;
 }

@@ -24,7 +24,8 @@
 //     offset, u32 route count), then route entries x 8 bytes (u32 expert id, f32 gate weight),
 //     then rows x dim hidden values (the rows after the FFN norm);
 //   EXPERT_RESPONSE: rows x dim partial values (this rank's sum over each row's routes);
-//   ERROR: a UTF-8 reason (at most MAX_REASON_BYTES).
+//   ERROR: a UTF-8 reason (at most MAX_REASON_BYTES);
+//   NCCL_BOOTSTRAP, NCCL_BOOTSTRAP_REPLY: dist/nccl_wire.h.
 //
 // Decoding refuses, with a Status naming the field: a short header or payload (truncated), a
 // wrong magic, another protocol version, an unknown kind or dtype, a header or payload checksum
@@ -54,7 +55,17 @@ constexpr uint32_t MAX_ROUTES_PER_ROW = 64;
 constexpr size_t MAX_REASON_BYTES = 4096;
 constexpr size_t ROW_DESC_BYTES = 16, ROUTE_BYTES = 8;
 
-enum class frame_kind : uint16_t { HELLO = 1, HELLO_REPLY = 2, EXPERT_REQUEST = 3, EXPERT_RESPONSE = 4, ERROR = 5 };
+// NCCL_BOOTSTRAP / NCCL_BOOTSTRAP_REPLY open a GPU worker's NCCL data path over this control
+// channel (payload and rules: dist/nccl_wire.h).
+enum class frame_kind : uint16_t {
+    HELLO = 1,
+    HELLO_REPLY = 2,
+    EXPERT_REQUEST = 3,
+    EXPERT_RESPONSE = 4,
+    ERROR = 5,
+    NCCL_BOOTSTRAP = 6,
+    NCCL_BOOTSTRAP_REPLY = 7,
+};
 enum class wire_dtype : uint8_t { NONE = 0, F32 = 1 };
 
 // Request flags: the numerics the worker must reproduce (engine numerics::OFFICIAL, and V4's
@@ -116,6 +127,8 @@ frame_bytes encode_hello(frame_kind kind, uint64_t placement_version, uint32_t e
 frame_bytes encode_request(frame_header h, const backend::cpu::route_table &rt, const float *hidden, uint32_t dim);
 frame_bytes encode_response(frame_header h, const float *partial);  // rows x dim from h
 frame_bytes encode_error(frame_header h, const Status &st);         // h: the request answered
+// Any kind with an opaque payload (the NCCL bootstrap frames).
+frame_bytes encode_frame(frame_header h, const std::vector<uint8_t> &payload);
 
 // ---- decoding ---------------------------------------------------------------------------------
 // The header alone (magic, version, kind, dtypes, header CRC, size limits). n < HEADER_BYTES is

@@ -7,11 +7,16 @@
 #include <thread>
 
 #include "dist/expert_bytes.h"
+#include "model/dummy_weights.h"
 #include "model/expert_slice.h"
 #include "model/weights.h"
 #ifdef DS41RT_HAVE_CUDA
 #include "dist/cuda/gpu_experts.h"
 #endif
+#ifdef DS41RT_HAVE_NCCL
+#include "dist/cuda/nccl_worker.h"
+#endif
+#include "dist/nccl_wire.h"
 
 namespace ds41rt::dist {
 
@@ -135,6 +140,90 @@ Result<std::unique_ptr<expert_worker>> expert_worker::load(const std::string &mo
     return wk;
 }
 
+Result<std::unique_ptr<expert_worker>> expert_worker::load_dummy(const model::model_config &c, const Plan &plan,
+                                                                 int rank, int device, uint64_t seed) {
+    DS41RT_RETURN_IF_ERROR(validate(plan));
+    if (rank < 0 || rank >= int(plan.workers.size()))
+        return Status::invalid_argument("worker: --rank " + std::to_string(rank) + " is not a worker of the plan (" +
+                                        std::to_string(plan.workers.size()) + " workers)");
+    if (device < 0) return Status::invalid_argument("worker: dummy weights are filled on a GPU: give --device");
+    if (plan.model_type != arch_model_type(c.model_arch))
+        return Status::invalid_argument("worker: the plan is for " + plan.model_type + ", the dummy model is " +
+                                        arch_model_type(c.model_arch));
+    // A plan over the first N layers (`ds41rt bench --layers N`) cuts the model as the
+    // coordinator's dummy engine does; the fill's tensor ids do not depend on the cut.
+    if (plan.num_layers > c.n_layers)
+        return Status::invalid_argument("worker: the plan has " + std::to_string(plan.num_layers) + " layers, the model " +
+                                        std::to_string(c.n_layers));
+    if (plan.format != "official" || c.routed_quant != model::expert_quant::OFFICIAL)
+        return Status::not_supported("worker: dummy weights exist for official (MXFP4) routed experts only; the plan is for " +
+                                     plan.format);
+#ifndef DS41RT_HAVE_CUDA
+    (void)seed;
+    return Status::not_supported("worker: dummy weights need a build with CUDA");
+#else
+    auto dplan = model::plan_dummy_weights(c, plan.num_layers);
+    if (!dplan) return dplan.status();
+    std::map<std::string, const model::dummy_tensor *> by_name;
+    for (const auto &t : dplan->tensors) by_name[t.entry.name] = &t;
+    std::unique_ptr<expert_worker> wk(new expert_worker());
+    wk->cfg_ = c;
+    wk->cfg_.n_layers = plan.num_layers;
+    wk->version_ = plan.version();
+    wk->rank_ = rank;
+    auto g = gpu_experts::make(device);
+    if (!g) return Status(g.status().code(), "worker: GPU " + std::to_string(device) + ": " + g.status().message());
+    wk->gpu_ = std::move(g.value());
+    const int align = expert_slice_align(c, expert_format::OFFICIAL);
+    for (const LayerPlacement &lp : plan.layers) {
+        if (!lp.remote) continue;
+        auto it = std::find(lp.ranks.begin(), lp.ranks.end(), rank);
+        if (it == lp.ranks.end()) continue;
+        layer_slice ls;
+        ls.tp = lp.tp();
+        ls.tp_rank = int(it - lp.ranks.begin());
+        auto sl = tp_slice(c.moe_inter_dim, ls.tp, ls.tp_rank, align);
+        if (!sl) return Status(sl.status().code(), "worker: layer " + std::to_string(lp.layer) + ": " + sl.status().message());
+        ls.slice = *sl;
+        std::vector<std::array<backend::cpu::dummy_tensor_desc, 3>> windows(size_t(c.n_routed_experts));
+        const char *parts[3] = {"w1.weight", "w2.weight", "w3.weight"};
+        for (int e = 0; e < c.n_routed_experts; e++)
+            for (int i = 0; i < 3; i++) {
+                const std::string name = "layers." + std::to_string(lp.layer) + ".ffn.experts." + std::to_string(e) + "." + parts[i];
+                auto f = by_name.find(name);
+                if (f == by_name.end()) return Status::not_found("worker: " + name + " is not in the dummy-weight plan");
+                const model::dummy_tensor &t = *f->second;
+                if (t.entry.format != model::storage_format::MXFP4 || t.rule.init != model::dummy_init::NORMAL)
+                    return Status::not_supported("worker: " + name + " is not an MXFP4 tensor of normal values");
+                backend::cpu::dummy_tensor_desc d;  // as engine/cuda/device_model fills the whole tensor
+                d.name = t.entry.name.c_str();
+                d.format = backend::cpu::dummy_format::MXFP4;
+                d.rows = t.entry.shape.size() >= 2 ? t.entry.shape[0] : 1;
+                d.cols = t.entry.shape.empty() ? 1 : t.entry.shape.back();
+                d.block_out = t.block_out;
+                d.block_in = t.block_in;
+                d.dist = backend::cpu::dummy_dist::NORMAL;
+                d.std = t.rule.std;
+                d.id = t.id;
+                if (i == 1) {  // w2 [D, I]: this rank's columns
+                    d.col0 = ls.slice.begin;
+                    d.ncols = ls.slice.width();
+                } else {  // w1 / w3 [I, D]: this rank's rows
+                    d.row0 = ls.slice.begin;
+                    d.nrows = ls.slice.width();
+                }
+                windows[size_t(e)][size_t(i)] = d;
+            }
+        DS41RT_RETURN_IF_ERROR(
+            wk->gpu_->add_dummy_layer(lp.layer, c.dim, ls.slice.width(), c.swiglu_limit, windows, seed));
+        wk->layers_[lp.layer] = std::move(ls);
+    }
+    if (wk->layers_.empty())
+        return Status::invalid_argument("worker: the plan places no layer on worker " + std::to_string(rank));
+    return wk;
+#endif
+}
+
 std::vector<int> expert_worker::layers() const {
     std::vector<int> out;
     for (const auto &[l, s] : layers_) out.push_back(l);
@@ -231,6 +320,10 @@ void expert_worker::serve_connection(std::unique_ptr<channel> ch, const std::ato
             spdlog::warn("worker {}: {}; closing the connection", rank_, in.status().message());
             out = encode_error(e, in.status());
             close_after = true;
+        } else if (auto h = decode_header(in->data(), in->size()); h && h->kind == frame_kind::NCCL_BOOTSTRAP) {
+            // The connection becomes the NCCL data path's control channel until the link ends.
+            serve_nccl_link(*ch, *in, stop);
+            break;
         } else {
             out = handle(*in, &close_after);
         }
@@ -239,6 +332,42 @@ void expert_worker::serve_connection(std::unique_ptr<channel> ch, const std::ato
     }
     spdlog::info("worker {}: connection from {} ended", rank_, ch->peer());
     ch->close();
+}
+
+void expert_worker::serve_nccl_link(channel &ch, const frame_bytes &in, const std::atomic<bool> &stop) {
+    frame_header e;
+    e.executor = uint32_t(rank_);
+    e.placement_version = version_;
+    auto b = decode_nccl_bootstrap(in, version_);
+    Status st = b.status();
+    if (st && b->executor != uint32_t(rank_))
+        st = Status::invalid_argument("NCCL bootstrap for worker " + std::to_string(b->executor) + ", this is worker " +
+                                      std::to_string(rank_));
+#ifdef DS41RT_HAVE_NCCL
+    if (st && !gpu_) st = Status::not_supported("NCCL transport: this worker holds its slices on the CPU (start it with --device)");
+#else
+    if (st) st = Status::not_supported("NCCL transport: this build has no NCCL");
+#endif
+    if (!st) {
+        spdlog::warn("worker {}: NCCL bootstrap refused: {}", rank_, st.message());
+        (void)ch.send(encode_error(e, st), after_ms(5000));
+        return;
+    }
+    frame_header r = e;
+    r.kind = frame_kind::NCCL_BOOTSTRAP_REPLY;
+    if (!ch.send(encode_frame(r, {}), after_ms(5000))) return;
+#ifdef DS41RT_HAVE_NCCL
+    nccl_worker_info info;
+    info.placement_version = version_;
+    info.executor = uint32_t(rank_);
+    info.dim = cfg_.dim;
+    for (const auto &[l, s] : layers_) info.layers[l] = {s.tp_rank, s.tp};
+    info.numerics.act_block = cfg_.fp8_block_in;
+    info.numerics.kind = backend::cpu::lin::FP4;
+    info.numerics.swiglu_limit = cfg_.swiglu_limit;
+    if (Status s = serve_nccl(ch, *b, *gpu_, info, compute_mutex(), stop); !s)
+        spdlog::warn("worker {}: NCCL link to {} ended: {}", rank_, ch.peer(), s.message());
+#endif
 }
 
 Status expert_worker::serve(tcp_listener &l, const std::atomic<bool> &stop) {

@@ -8,6 +8,8 @@
 // (backend/cpu/routed.h). Anything wrong with a request (stale placement version, a layer not
 // held here, a malformed frame) is answered with an ERROR frame naming the reason; a frame
 // whose header does not decode also ends the connection, since the stream is out of step.
+// A GPU worker also serves the NCCL data path: an NCCL_BOOTSTRAP frame on a connection turns
+// it into that link's control channel (dist/nccl_wire.h, dist/cuda/nccl_worker.h).
 //
 // Threading: handle() may be called from several threads (serve() runs one per connection);
 // the expert arithmetic itself runs one request at a time per process, since the CPU backend's
@@ -41,6 +43,13 @@ public:
     static Result<std::unique_ptr<expert_worker>> load(const std::string &model_dir, const Plan &plan, int rank,
                                                        int device = -1);
 
+    // Dummy weights (`--load-format dummy`): c's shapes (the built-in full-size ones, or a
+    // checkpoint's config.json), each slice filled on GPU `device` from (seed, tensor id) exactly
+    // as the coordinator's dummy plan (model/dummy_weights) fills that range of the whole tensor,
+    // so a full-size worker starts in seconds. Official MXFP4 experts, CUDA builds only.
+    static Result<std::unique_ptr<expert_worker>> load_dummy(const model::model_config &c, const Plan &plan, int rank,
+                                                             int device, uint64_t seed);
+
     // One frame in, one frame out. close_after: the connection must end after the answer.
     frame_bytes handle(const frame_bytes &in, bool *close_after);
 
@@ -61,6 +70,8 @@ private:
     expert_worker() = default;
     frame_bytes answer_request(const frame_bytes &in);
     void serve_connection(std::unique_ptr<channel> ch, const std::atomic<bool> &stop);
+    // NCCL_BOOTSTRAP on ch: answer it, then serve the NCCL data path until the link ends.
+    void serve_nccl_link(channel &ch, const frame_bytes &in, const std::atomic<bool> &stop);
 
     model::model_config cfg_;
     uint64_t version_ = 0;

@@ -22,6 +22,17 @@ bool remote_layout::any_remote() const {
     return false;
 }
 
+transport_kind remote_layout::transport(int worker) const {
+    return worker >= 0 && size_t(worker) < transports.size() ? transports[size_t(worker)] : transport_kind::TCP;
+}
+
+bool remote_layout::layer_nccl(int layer) const {
+    if (layer < 0 || size_t(layer) >= layer_ranks.size() || layer_ranks[size_t(layer)].empty()) return false;
+    for (int w : layer_ranks[size_t(layer)])
+        if (transport(w) != transport_kind::NCCL) return false;
+    return true;
+}
+
 namespace {
 
 class placed_experts final : public routed_experts {

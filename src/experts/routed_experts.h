@@ -28,6 +28,11 @@
 
 namespace ds41rt::experts {
 
+// How the coordinator reaches a worker: TCP frames with rows on the host (experts/remote), or
+// NCCL with rows on the coordinator's GPU (experts/cuda/nccl_remote: GPU workers, the GPU
+// engine), bootstrapped over the same TCP control channel.
+enum class transport_kind { TCP, NCCL };
+
 // Where each layer's routed experts live (made from a dist::Plan by experts/from_plan.h).
 struct remote_layout {
     uint64_t placement_version = 0;
@@ -35,7 +40,11 @@ struct remote_layout {
     std::vector<std::vector<int>> layer_ranks;  // per layer: workers in TP-rank order; empty = local
     int timeout_ms = 3000;                      // one layer's whole exchange (all ranks)
     int connect_timeout_ms = 1000;
+    std::vector<transport_kind> transports;     // per worker, by plan index; missing entries are TCP
     bool any_remote() const;
+    transport_kind transport(int worker) const;
+    // True when every rank of the layer is an NCCL worker (the GPU engine's NCCL path).
+    bool layer_nccl(int layer) const;
 };
 
 class routed_experts {

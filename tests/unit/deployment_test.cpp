@@ -99,6 +99,44 @@ TEST(deployment, bad_files_name_the_field) {
     EXPECT_NE(msg("[]").find("must be an object"), std::string::npos);
 }
 
+// The NCCL transport: a top-level default, a worker's own key over it, carried into the plan
+// (and so into plan.json and its version); NCCL workers are launched on their GPU with NVLink
+// SHARP off; a bad value or a CPU worker on NCCL is refused naming the field.
+TEST(deployment, transport_reaches_the_plan_and_the_worker_commands) {
+    auto d = parse_deployment(R"({
+      "model": {"type": "deepseek_v41"}, "coordinator": {"gpus": [{"device": 0, "budget": "32GiB"}]},
+      "transport": "nccl",
+      "workers": [{"endpoint": "127.0.0.1:19441", "device": 1, "budget": "140GiB"},
+                  {"endpoint": "127.0.0.1:19442", "device": 1, "budget": "140GiB", "transport": "tcp"}],
+      "tp": 1})");
+    ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+    ASSERT_EQ(d->input.workers.size(), 2u);
+    EXPECT_EQ(d->input.workers[0].transport, "nccl");
+    EXPECT_EQ(d->input.workers[1].transport, "tcp");
+    auto p = place(d->input);
+    ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+    EXPECT_EQ(p->plan.workers[0].transport, "nccl");
+    EXPECT_EQ(p->plan.workers[1].transport, "tcp");
+    EXPECT_TRUE(validate(p->plan));
+    auto cmds = launch_commands(*d, p->plan);
+    ASSERT_EQ(cmds.size(), 3u);
+    EXPECT_EQ(cmds[0].line, "NCCL_NVLS_ENABLE=0 ds41rt worker --plan plan.json --rank 0 --listen 127.0.0.1:19441 "
+                            "--model '<model path>' --device 1");
+    EXPECT_EQ(cmds[1].line.find("--device"), std::string::npos);
+
+    auto msg = [](const std::string &text) {
+        auto r = parse_deployment(text);
+        return r.is_ok() ? std::string("accepted") : r.status().message();
+    };
+    const std::string head = R"({"model": {"type": "deepseek_v41"}, "coordinator": {"gpus": [{"device": 0}]}, )";
+    EXPECT_NE(msg(head + R"("transport": "rdma"})").find("transport: 'rdma'"), std::string::npos);
+    EXPECT_NE(msg(head + R"("workers": [{"endpoint": "a:1", "transport": "ib"}]})").find("workers[0].transport: 'ib'"),
+              std::string::npos);
+    EXPECT_NE(msg(head + R"("workers": [{"endpoint": "a:1", "device": "cpu", "transport": "nccl"}]})")
+                  .find("nccl needs a GPU worker"),
+              std::string::npos);
+}
+
 TEST(deployment, loopback_endpoints_are_local) {
     EXPECT_TRUE(is_local_endpoint("127.0.0.1:19441"));
     EXPECT_TRUE(is_local_endpoint("localhost:1"));

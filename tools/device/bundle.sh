@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packs what the H200 run needs from a build made here (scripts/build.sh) into BUILD/dev: the
 # GPU binaries, stripped, and the non-glibc shared libraries ds41rt links (the device machine has
-# no Debian -dev packages), and BUILD/dev.tar.xz of it: the device run copies at most 64 MiB with
+# no Debian -dev packages; libnccl is left out: ~200 MB, and the device brings its own, e.g. torch's
+# nvidia-nccl-cu13, put on LD_LIBRARY_PATH by h200x2_nccl_run.sh), and BUILD/dev.tar.xz of it: the device run copies at most 64 MiB with
 # the repository, and the bundle is ~32 MB unpacked, ~8 MB packed.
 # Usage: tools/device/bundle.sh [BUILD_DIR]   (default: build)
 set -euo pipefail
@@ -10,7 +11,7 @@ mkdir -p "$B/dev/lib"
 for bin in ds41rt ds41rt_cuda_tests ds41rt_cuda_engine_tests; do
   strip -o "$B/dev/$bin" "$B/$bin"
 done
-for lib in $(ldd "$B/ds41rt" | awk '/=>/ {print $3}' | grep -v -E 'lib(c|m|stdc\+\+)\.so|ld-linux'); do
+for lib in $(ldd "$B/ds41rt" | awk '/=>/ {print $3}' | grep -v -E 'lib(c|m|stdc\+\+|nccl)\.so|ld-linux'); do
   cp -L "$lib" "$B/dev/lib/"
 done
 XZ_OPT="-6 -T2" tar -C "$B" -cJf "$B/dev.tar.xz" dev

@@ -9,7 +9,13 @@ OUT=${1:?usage: h200_run.sh OUT [BUILD_DIR]}
 B=${2:-build}
 D=$B/dev
 if [ -f "$B/dev.tar.xz" ]; then rm -rf "$D" && tar -C "$B" -xJf "$B/dev.tar.xz"; fi  # never a stale bundle
-export LD_LIBRARY_PATH="$D/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# ds41rt and ds41rt_cuda_engine_tests link libnccl.so.2 (the NCCL transport), which the bundle
+# leaves out: take the device's own (python's nvidia.nccl package, torch's), or NCCL_LIB.
+export NCCL_NVLS_ENABLE=0
+if [ -z "${NCCL_LIB:-}" ]; then
+  NCCL_LIB=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+fi
+export LD_LIBRARY_PATH="$D/lib${NCCL_LIB:+:$NCCL_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 rc=0

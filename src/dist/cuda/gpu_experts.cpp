@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/device_info.h"
+#include "backend/cuda/dummy_fill.cuh"
 #include "backend/cuda/moe_decode.cuh"
 
 namespace ds41rt::dist {
@@ -77,8 +78,60 @@ Status gpu_experts::add_layer(int layer, int64_t D, float swiglu_limit,
     return Status::ok();
 }
 
+Status gpu_experts::add_dummy_layer(int layer, int64_t D, int64_t I, float swiglu_limit,
+                                    const std::vector<std::array<backend::cpu::dummy_tensor_desc, 3>> &windows,
+                                    uint64_t seed) {
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(p_->dev.device));
+    cuda::moe_layer L;
+    L.D = int(D);
+    L.I = int(I);
+    L.swiglu_limit = swiglu_limit;
+    for (const auto &e : windows) {
+        const uint8_t *dev[6];
+        for (int i = 0; i < 3; i++) {
+            auto b = backend::cpu::dummy_bytes(e[size_t(i)]);
+            if (!b) return b.status();
+            void *w = nullptr, *sc = nullptr;
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&w, std::max<uint64_t>(b->weight, 16)));
+            p_->blocks.push_back(w);
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&sc, std::max<uint64_t>(b->scale, 16)));
+            p_->blocks.push_back(sc);
+            DS41RT_RETURN_IF_ERROR(cuda::fill_dummy(e[size_t(i)], w, sc, seed, p_->stream));
+            bytes_ += b->weight + b->scale;
+            dev[i * 2] = static_cast<const uint8_t *>(w);
+            dev[i * 2 + 1] = static_cast<const uint8_t *>(sc);
+        }
+        L.experts.push_back({dev[0], dev[1], dev[4], dev[5], dev[2], dev[3]});  // w1, w3, w2
+    }
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(p_->stream));
+    p_->layers[layer] = std::move(L);
+    return Status::ok();
+}
+
+bool gpu_experts::has_layer(int layer) const { return p_->layers.count(layer) != 0; }
+
+int gpu_experts::device() const { return p_->dev.device; }
+
 Status gpu_experts::run(int layer, const backend::cpu::expert_numerics &nm, const float *hidden, int64_t rows,
                         const backend::cpu::route_table &rt, float *partial) {
+    auto it = p_->layers.find(layer);
+    if (it == p_->layers.end()) return Status::not_found("layer " + std::to_string(layer) + " is not on this GPU");
+    const int64_t D = it->second.D;
+    impl &p = *p_;
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(p.dev.device));
+    DS41RT_RETURN_IF_ERROR(p.grow(&p.x, &p.x_bytes, size_t(rows * D) * sizeof(float)));
+    DS41RT_RETURN_IF_ERROR(p.grow(&p.out, &p.out_bytes, size_t(rows * D) * sizeof(float)));
+    DS41RT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(p.x, hidden, size_t(rows * D) * sizeof(float), cudaMemcpyHostToDevice, p.stream));
+    DS41RT_RETURN_IF_ERROR(run_device(layer, nm, static_cast<float *>(p.x), rows, rt, static_cast<float *>(p.out)));
+    DS41RT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(partial, p.out, size_t(rows * D) * sizeof(float), cudaMemcpyDeviceToHost, p.stream));
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(p.stream));
+    return Status::ok();
+}
+
+Status gpu_experts::run_device(int layer, const backend::cpu::expert_numerics &nm, const float *x, int64_t rows,
+                               const backend::cpu::route_table &rt, float *out) {
     auto it = p_->layers.find(layer);
     if (it == p_->layers.end()) return Status::not_found("layer " + std::to_string(layer) + " is not on this GPU");
     cuda::moe_layer L = it->second;
@@ -87,11 +140,6 @@ Status gpu_experts::run(int layer, const backend::cpu::expert_numerics &nm, cons
     const int64_t D = L.D;
     impl &p = *p_;
     DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(p.dev.device));
-    DS41RT_RETURN_IF_ERROR(p.grow(&p.x, &p.x_bytes, size_t(rows * D) * sizeof(float)));
-    DS41RT_RETURN_IF_ERROR(p.grow(&p.out, &p.out_bytes, size_t(rows * D) * sizeof(float)));
-    DS41RT_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(p.x, hidden, size_t(rows * D) * sizeof(float), cudaMemcpyHostToDevice, p.stream));
-    float *x = static_cast<float *>(p.x), *out = static_cast<float *>(p.out);
     // 16 rows a launch (the decode kernels' limit); a row's routes as the table gives them (the
     // kernels combine them in increasing expert id, as routed_expert_sum does).
     for (int64_t r0 = 0; r0 < rows; r0 += cuda::MOE_MAX_ROWS) {
@@ -114,8 +162,6 @@ Status gpu_experts::run(int layer, const backend::cpu::expert_numerics &nm, cons
         DS41RT_RETURN_IF_ERROR(cuda::reset_moe_workspace(plan.value(), p.ws, p.stream));
         DS41RT_RETURN_IF_ERROR(cuda::run_moe_decode(plan.value(), p.ws, p.stream));
     }
-    DS41RT_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(partial, out, size_t(rows * D) * sizeof(float), cudaMemcpyDeviceToHost, p.stream));
     DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(p.stream));
     return Status::ok();
 }

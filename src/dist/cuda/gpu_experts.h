@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cpu/dummy_values.h"
 #include "backend/cpu/routed.h"
 #include "backend/cpu/swiglu.h"
 #include "core/status.h"
@@ -30,10 +31,21 @@ public:
 
     // One layer's slices, by expert id: {w1, w2, w3} each, w1 / w3 [I, D], w2 [D, I].
     Status add_layer(int layer, int64_t D, float swiglu_limit, std::vector<std::array<model::mxfp4_slice, 3>> experts);
+    // The same from dummy weights (`--load-format dummy`): per expert the {w1, w2, w3} windows
+    // (this rank's rows of w1 / w3, columns of w2) of the coordinator's dummy plan, filled here on
+    // the GPU from (seed, tensor id) so they hold exactly those ranges of the whole tensors.
+    Status add_dummy_layer(int layer, int64_t D, int64_t I, float swiglu_limit,
+                           const std::vector<std::array<backend::cpu::dummy_tensor_desc, 3>> &windows, uint64_t seed);
     // partial[rows, D] = this slice's routed-expert sum of hidden[rows, D]. NOT_FOUND for a layer
     // not held.
     Status run(int layer, const backend::cpu::expert_numerics &nm, const float *hidden, int64_t rows,
                const backend::cpu::route_table &rt, float *partial);
+    // The same with hidden and partial on this GPU (the NCCL worker's buffers); returns once the
+    // partial is written.
+    Status run_device(int layer, const backend::cpu::expert_numerics &nm, const float *hidden_dev, int64_t rows,
+                      const backend::cpu::route_table &rt, float *partial_dev);
+    bool has_layer(int layer) const;
+    int device() const;
     size_t device_bytes() const { return bytes_; }
 
 private:

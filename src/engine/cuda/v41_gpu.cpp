@@ -55,6 +55,9 @@
 #include "engine/rope.h"
 #include "engine/v41_steps.h"
 #include "experts/remote.h"
+#ifdef DS41RT_HAVE_NCCL
+#include "experts/cuda/nccl_remote.h"
+#endif
 
 namespace ds41rt::engine::gpu {
 
@@ -547,6 +550,27 @@ private:
     Status moe_remote(const layer_dev &L, int layer, const float *x, int64_t S, const dtemp &ids, const dtemp &wts,
                       float *out) const {
         const int64_t D = c_.dim;
+        dtemp sh = m_->temp_f32(S * D), accd = m_->temp_f32(S * D);
+#ifdef DS41RT_HAVE_NCCL
+        // GPU workers over NCCL (experts/cuda/nccl_remote): x and the routes stay on the device, the
+        // ranks' partials come back to the device and are added there in rank order; the shared
+        // expert runs while the ranks work (the exchange is forked off the stream and joined back
+        // by wait()).
+        if (layout_.layer_nccl(layer)) {
+            if (!nccl_) nccl_ = std::make_unique<experts::nccl_remote>(layout_, D, m_->device().device);
+            backend::cpu::expert_numerics nm;
+            nm.official = official_;
+            DS41RT_RETURN_IF_ERROR(nccl_->enqueue(layer, nm, x, ids.as<int32_t>(), wts.f(), S,
+                                                  int(c_.n_activated_experts), accd.f(), st()));
+            DS41RT_RETURN_IF_ERROR(shared_expert(L, x, S, sh.f()));
+            DS41RT_RETURN_IF_ERROR(nccl_->wait());
+            end();
+            begin("moe.remote-combine");
+            DS41RT_RETURN_IF_ERROR(cuda::add_rows(accd.f(), sh.f(), out, S * D, official_, st()));
+            end();
+            return Status::ok();
+        }
+#endif
         std::vector<float> xh(static_cast<size_t>(S * D)), acc(static_cast<size_t>(S * D));
         auto rtr = routes_to_host(ids, wts, S);
         if (!rtr) return rtr.status();
@@ -558,11 +582,7 @@ private:
         nm.kind = lin::FP4;
         nm.swiglu_limit = c_.swiglu_limit;
         DS41RT_RETURN_IF_ERROR(remote_->start(layer, nm, xh.data(), rt));
-        const int64_t I = L.sw1.N;
-        dtemp g = m_->temp_f32(S * I), u = m_->temp_f32(S * I), sh = m_->temp_f32(S * D), accd = m_->temp_f32(S * D);
-        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.sw1, x, g.f()}, {&L.sw3, x, u.f()}}, S, lin::FP8));
-        DS41RT_RETURN_IF_ERROR(cuda::swiglu_rows(g.f(), u.f(), nullptr, g.f(), S, I, c_.swiglu_limit, official_, st()));
-        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.sw2, g.f(), sh.f(), S, lin::FP8));
+        DS41RT_RETURN_IF_ERROR(shared_expert(L, x, S, sh.f()));
         DS41RT_RETURN_IF_ERROR(remote_->finish(acc.data()));
         end();
         begin("moe.remote-combine");
@@ -570,6 +590,15 @@ private:
         DS41RT_RETURN_IF_ERROR(cuda::add_rows(accd.f(), sh.f(), out, S * D, official_, st()));
         end();
         return Status::ok();
+    }
+
+    // The shared expert of x [S, D] into sh [S, D] (its w2 output, rounded as its class rounds).
+    Status shared_expert(const layer_dev &L, const float *x, int64_t S, float *sh) const {
+        const int64_t I = L.sw1.N;
+        dtemp g = m_->temp_f32(S * I), u = m_->temp_f32(S * I);
+        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.sw1, x, g.f()}, {&L.sw3, x, u.f()}}, S, lin::FP8));
+        DS41RT_RETURN_IF_ERROR(cuda::swiglu_rows(g.f(), u.f(), nullptr, g.f(), S, I, c_.swiglu_limit, official_, st()));
+        return m_->run_linear(L.sw2, g.f(), sh, S, lin::FP8);
     }
 
     // The routed experts of a long input (prefill): each expert reads its weights once for all of
@@ -665,12 +694,8 @@ private:
         DS41RT_RETURN_IF_ERROR(route(L, x, S, &ids, &wts));
         if (L.remote) return moe_remote(L, layer, x, S, ids, wts, out);
 
-        const int64_t I = L.sw1.N;
-        dtemp g = m_->temp_f32(S * I), u = m_->temp_f32(S * I), sh = m_->temp_f32(S * D);
-        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.sw1, x, g.f()}, {&L.sw3, x, u.f()}}, S, lin::FP8));
-        DS41RT_RETURN_IF_ERROR(cuda::swiglu_rows(g.f(), u.f(), nullptr, g.f(), S, I, c_.swiglu_limit, official_, st()));
-        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.sw2, g.f(), sh.f(), S, lin::FP8));
-
+        dtemp sh = m_->temp_f32(S * D);
+        DS41RT_RETURN_IF_ERROR(shared_expert(L, x, S, sh.f()));
         end();
         begin("moe.routed");
         // Routed experts: longer MXFP4 inputs (prefill) expert by expert (routed_prefill, routes
@@ -841,6 +866,9 @@ private:
     std::vector<layer_dev> layers_;
     experts::remote_layout layout_;
     std::unique_ptr<experts::remote_experts> remote_;  // set when some layers are remote
+#ifdef DS41RT_HAVE_NCCL
+    mutable std::unique_ptr<experts::nccl_remote> nccl_;  // made by the first NCCL layer (moe_remote)
+#endif
     mutable section_timer prof_;
     mutable step_buckets buckets_;
     mutable routed_decode routed_;
