@@ -131,7 +131,7 @@ private:
             if (fine(r)) r = ncclRecv(w_.p, nr, ncclFloat, 0, link_->comm(), stream_);
             return r;
         }, "receive payload"));
-        // The payload left the coordinator in the header's group: it is on its way already.
+        // The coordinator posted the payload right after the header, in a group of its own as here.
         DS41RT_RETURN_IF_ERROR(wait(after_ms(30000), "payload"));
         nccl_reply status = check(h);
         if (status != nccl_reply::OK)

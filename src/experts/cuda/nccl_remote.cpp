@@ -183,31 +183,38 @@ Status nccl_remote::enqueue(int layer, const backend::cpu::expert_numerics &nm, 
         if (cudaError_t e = cudaMemcpyAsync(p.hdr_d, p.hdr_h, NCCL_HEADER_BYTES, cudaMemcpyHostToDevice, stream); e != cudaSuccess)
             return failed(i, backend::cuda::cuda_status(e, "header upload", __FILE__, __LINE__));
     }
-    // One group over every rank's communicator: the ranks' transfers proceed together.
-    ncclResult_t r = ncclGroupStart();
-    int bad = -1;
-    for (int i = 0; i < tp && r == ncclSuccess; i++) {
-        peer &p = *peers_[size_t(ranks[size_t(i)])];
-        ncclComm_t c = p.link->comm();
-        for (int op = 0; op < 5 && (r == ncclSuccess || r == ncclInProgress); op++) {
-            switch (op) {
-            case 0: r = ncclSend(p.hdr_d, NCCL_HEADER_BYTES, ncclUint8, 1, c, stream); break;
-            case 1: r = ncclSend(x, nx, ncclFloat, 1, c, stream); break;
-            case 2: r = ncclSend(ids, nr, ncclInt32, 1, c, stream); break;
-            case 3: r = ncclSend(weights, nr, ncclFloat, 1, c, stream); break;
-            case 4: r = ncclRecv(p.resp_d, nx + 1, ncclFloat, 1, c, stream); break;
+    // Three groups, each over every rank's communicator (the ranks' transfers proceed together):
+    // the headers, the payloads, the partials. The worker posts the same three (it must read the
+    // header before it can size the payload), and NCCL matches a peer's transfers only when both
+    // sides group them alike: one group of header + payload against the worker's header-only
+    // group failed on the H200 with "Message truncated: received 16384 bytes instead of 8192".
+    for (int phase = 0; phase < 3; phase++) {
+        ncclResult_t r = ncclGroupStart();
+        int bad = -1;
+        for (int i = 0; i < tp && (r == ncclSuccess || r == ncclInProgress); i++) {
+            peer &p = *peers_[size_t(ranks[size_t(i)])];
+            ncclComm_t c = p.link->comm();
+            auto fine = [](ncclResult_t v) { return v == ncclSuccess || v == ncclInProgress; };
+            if (phase == 0) {
+                r = ncclSend(p.hdr_d, NCCL_HEADER_BYTES, ncclUint8, 1, c, stream);
+            } else if (phase == 1) {
+                r = ncclSend(x, nx, ncclFloat, 1, c, stream);
+                if (fine(r)) r = ncclSend(ids, nr, ncclInt32, 1, c, stream);
+                if (fine(r)) r = ncclSend(weights, nr, ncclFloat, 1, c, stream);
+            } else {
+                r = ncclRecv(p.resp_d, nx + 1, ncclFloat, 1, c, stream);
             }
+            if (!fine(r)) bad = i;
         }
-        if (r != ncclSuccess && r != ncclInProgress) bad = i;
-    }
-    const ncclResult_t e = ncclGroupEnd();
-    if (bad >= 0) return failed(bad, nccl_status(r, "ncclSend/ncclRecv"));
-    if (e != ncclSuccess && e != ncclInProgress) return failed(-1, nccl_status(e, "ncclGroupEnd"));
-    for (int i = 0; i < tp; i++) {
-        peer &p = *peers_[size_t(ranks[size_t(i)])];
-        channel *c = p.ch.get();
-        if (Status st = p.link->settle(d_, [c] { return c->wait_readable(clock::now()); }, "NCCL enqueue"); !st)
-            return failed(i, st);
+        const ncclResult_t e = ncclGroupEnd();
+        if (bad >= 0) return failed(bad, nccl_status(r, "ncclSend/ncclRecv"));
+        if (e != ncclSuccess && e != ncclInProgress) return failed(-1, nccl_status(e, "ncclGroupEnd"));
+        for (int i = 0; i < tp; i++) {
+            peer &p = *peers_[size_t(ranks[size_t(i)])];
+            channel *c = p.ch.get();
+            if (Status st = p.link->settle(d_, [c] { return c->wait_readable(clock::now()); }, "NCCL enqueue"); !st)
+                return failed(i, st);
+        }
     }
     backend::cuda::partial_set set;
     set.tp = tp;
