@@ -15,7 +15,6 @@ namespace ds41rt::backend::cuda::gemv_detail {
 
 constexpr int WARPS = 4;      // warps per block; each runs its own work item
 constexpr int MAX_JOBS = 24;  // matrices per launch (kernel parameter space)
-constexpr int MIN_KB = 8;     // smallest K slice, in 32-k blocks
 #ifndef DS41RT_GEMV_STAGES
 #define DS41RT_GEMV_STAGES 3
 #endif
@@ -46,6 +45,7 @@ struct job {
     int scols, sshift;  // FP8: scale columns, log2(block_in / 32); official: log2(act_block / 32)
     int row_block_shift; // FP8: log2(block_out / 16)
     int ksplit, kb_per_split, item_begin;
+    bool round_out;      // y rounded to bf16 where it is written (gemv_matrix::round_bf16_out)
 };
 
 struct batch {
@@ -423,7 +423,7 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
             for (int i = 0; i < 4; i++) {
                 const int m = nt * 8 + 2 * q + (i & 1);
                 const int r = i < 2 ? ra : rb;
-                if (m < M && r < N) J.y[size_t(m) * N + r] = v[nt][i];
+                if (m < M && r < N) J.y[size_t(m) * N + r] = J.round_out ? dev::round_bf16(v[nt][i]) : v[nt][i];
             }
     };
     if (ksplit == 1) {
