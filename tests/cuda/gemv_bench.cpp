@@ -210,8 +210,8 @@ std::vector<mat_spec> repeat(const mat_spec &m, int n) { return std::vector<mat_
 
 std::string tuning_name(const cuda::gemv_tuning &t) {
     char b[96];
-    std::snprintf(b, sizeof b, "waves %.2g min_kb %d blocks/SM %s", double(t.waves), t.min_kb,
-                  t.blocks_per_sm ? std::to_string(t.blocks_per_sm).c_str() : "all");
+    std::snprintf(b, sizeof b, "waves %.2g min_kb %d blocks/SM %s%s", double(t.waves), t.min_kb,
+                  t.blocks_per_sm ? std::to_string(t.blocks_per_sm).c_str() : "all", t.l2_hint ? " L2hint" : "");
     return b;
 }
 
@@ -229,13 +229,14 @@ int sweep(const cuda::device_info &dev, const std::string &out, double copy_bw) 
         {"6 experts w2", repeat(ex_w2, 6)},
     };
     std::vector<cuda::gemv_tuning> tunings;
-    for (int bps : {0, 1, 2, 4})
-        for (float waves : {0.5f, 1.0f, 2.0f, 4.0f})
-            for (int min_kb : {4, 8, 16}) {
-                cuda::gemv_tuning t;
-                t.waves = waves, t.min_kb = min_kb, t.blocks_per_sm = bps;
-                tunings.push_back(t);
-            }
+    for (bool hint : {false, true})
+        for (int bps : {0, 1, 2, 4})
+            for (float waves : {0.5f, 1.0f, 2.0f, 4.0f})
+                for (int min_kb : {4, 8, 16}) {
+                    cuda::gemv_tuning t;
+                    t.waves = waves, t.min_kb = min_kb, t.blocks_per_sm = bps, t.l2_hint = hint;
+                    tunings.push_back(t);
+                }
     const int Ms[2] = {1, 16};
     // us[set][M][tuning]
     std::vector<std::vector<std::vector<result>>> res(sets.size(), std::vector<std::vector<result>>(2));
@@ -266,10 +267,10 @@ int sweep(const cuda::device_info &dev, const std::string &out, double copy_bw) 
             for (int mi = 0; mi < 2; mi++) {
                 const result &r = res[si][size_t(mi)][ti];
                 tot[mi] += r.us;
-                std::fprintf(js, "%s  {\"tuning\": \"%s\", \"waves\": %.3g, \"min_kb\": %d, \"blocks_per_sm\": %d, \"set\": \"%s\", "
+                std::fprintf(js, "%s  {\"tuning\": \"%s\", \"waves\": %.3g, \"min_kb\": %d, \"blocks_per_sm\": %d, \"l2_hint\": %d, \"set\": \"%s\", "
                                  "\"M\": %d, \"bytes\": %.0f, \"us\": %.3f, \"gbps\": %.1f, \"fraction_of_copy\": %.3f}",
                              first_js ? "" : ",\n", tuning_name(tunings[ti]).c_str(), double(tunings[ti].waves),
-                             tunings[ti].min_kb, tunings[ti].blocks_per_sm, r.name.c_str(), r.M, r.bytes, r.us, r.gbps, r.frac);
+                             tunings[ti].min_kb, tunings[ti].blocks_per_sm, int(tunings[ti].l2_hint), r.name.c_str(), r.M, r.bytes, r.us, r.gbps, r.frac);
                 first_js = false;
             }
         order.push_back({tot[0], ti});
@@ -285,14 +286,15 @@ int sweep(const cuda::device_info &dev, const std::string &out, double copy_bw) 
     size_t def = 0;
     const cuda::gemv_tuning d0;
     for (size_t ti = 0; ti < tunings.size(); ti++)
-        if (tunings[ti].waves == d0.waves && tunings[ti].min_kb == d0.min_kb && tunings[ti].blocks_per_sm == d0.blocks_per_sm)
+        if (tunings[ti].waves == d0.waves && tunings[ti].min_kb == d0.min_kb && tunings[ti].blocks_per_sm == d0.blocks_per_sm &&
+            tunings[ti].l2_hint == d0.l2_hint)
             def = ti;
     auto line = [&](FILE *f, const char *tag, size_t ti) {
         double t16 = 0;
         for (size_t si = 0; si < sets.size(); si++) t16 += res[si][1][ti].us;
         double t1 = 0;
         for (size_t si = 0; si < sets.size(); si++) t1 += res[si][0][ti].us;
-        std::fprintf(f, "%-8s %-34s layer M1 %7.1f us  M16 %7.1f us |", tag, tuning_name(tunings[ti]).c_str(), t1, t16);
+        std::fprintf(f, "%-8s %-41s layer M1 %7.1f us  M16 %7.1f us |", tag, tuning_name(tunings[ti]).c_str(), t1, t16);
         for (size_t si = 0; si < sets.size(); si++) std::fprintf(f, " %s %.0f%%", sets[si].first.c_str(), 100 * res[si][0][ti].frac);
         std::fprintf(f, "\n");
     };
@@ -312,9 +314,9 @@ int sweep(const cuda::device_info &dev, const std::string &out, double copy_bw) 
             for (size_t ti = 0; ti < tunings.size(); ti++)
                 if (res[si][size_t(mi)][ti].us < res[si][size_t(mi)][best].us) best = ti;
             const result &b = res[si][size_t(mi)][best], &d = res[si][size_t(mi)][def];
-            std::fprintf(stdout, "best for %-16s M%-2d %-34s %7.2f us %3.0f%% (default %7.2f us %3.0f%%)\n", sets[si].first.c_str(),
+            std::fprintf(stdout, "best for %-16s M%-2d %-41s %7.2f us %3.0f%% (default %7.2f us %3.0f%%)\n", sets[si].first.c_str(),
                          Ms[mi], tuning_name(tunings[best]).c_str(), b.us, 100 * b.frac, d.us, 100 * d.frac);
-            std::fprintf(md, "best for %-16s M%-2d %-34s %7.2f us %3.0f%% (default %7.2f us %3.0f%%)\n", sets[si].first.c_str(),
+            std::fprintf(md, "best for %-16s M%-2d %-41s %7.2f us %3.0f%% (default %7.2f us %3.0f%%)\n", sets[si].first.c_str(),
                          Ms[mi], tuning_name(tunings[best]).c_str(), b.us, 100 * b.frac, d.us, 100 * d.frac);
         }
     std::fprintf(md, "```\n");

@@ -244,9 +244,10 @@ TEST_F(CudaGemv, fused_bf16_rounding_is_bit_identical) {
 // whose warps walk many items each must still give every output within the reference tolerance,
 // at the decode shapes, including a batch spanning two launches.
 TEST_F(CudaGemv, tuned_plans_match_reference) {
-    for (cuda::gemv_tuning t : {cuda::gemv_tuning{4.0f, 4, 1}, cuda::gemv_tuning{0.5f, 16, 2}, cuda::gemv_tuning{2.0f, 8, 0}}) {
+    for (cuda::gemv_tuning t : {cuda::gemv_tuning{4.0f, 4, 1, false}, cuda::gemv_tuning{0.5f, 16, 2, true},
+                                cuda::gemv_tuning{2.0f, 8, 0, true}}) {
         SCOPED_TRACE(std::to_string(t.waves) + " waves, min_kb " + std::to_string(t.min_kb) + ", blocks/SM " +
-                     std::to_string(t.blocks_per_sm));
+                     std::to_string(t.blocks_per_sm) + (t.l2_hint ? ", L2 hint" : ""));
         for (int M : {1, 16}) {
             run_batch({{false, M, 1280, 5120, 32, 32}, {false, M, 512, 5120, 32, 32}}, t);  // wq_a + wkv
             run_batch({{false, M, 32768, 1280, 32, 32}}, t);                                // wq_b
@@ -258,9 +259,10 @@ TEST_F(CudaGemv, tuned_plans_match_reference) {
     }
 }
 
-// A capped grid (warps walking several items) changes which warp runs an item, never its sums:
-// with the K slicing held equal (one slice per tile), the bits equal the one-warp-per-item launch.
-TEST_F(CudaGemv, grid_stride_is_bit_identical) {
+// A capped grid (warps walking several items, prefetching the next one's head) changes which
+// warp runs an item, and the L2 hint only how the bytes are fetched, never the sums: with the K
+// slicing held equal (one slice per tile), the bits equal the default one-warp-per-item launch.
+TEST_F(CudaGemv, grid_stride_and_l2_hint_are_bit_identical) {
     for (bool fp4 : {false, true})
         for (int M : {1, 16}) {
             const int N = 16384, K = 1024;  // 1024 tiles: more than a one-block-per-SM grid has warps
@@ -273,29 +275,35 @@ TEST_F(CudaGemv, grid_stride_is_bit_identical) {
             cuda::gemv_matrix m;
             m.w = w.as<uint8_t>(), m.scale = sc.as<uint8_t>(), m.fp4 = fp4;
             m.N = N, m.K = K, m.M = M, m.x = dx.as<float>(), m.y = dy.as<float>(), m.act_block = 32;
-            std::vector<float> got[2];
-            for (int capped = 0; capped < 2; capped++) {
+            std::vector<float> got[4];
+            for (int variant = 0; variant < 4; variant++) {
+                const int capped = variant & 1;
                 cuda::gemv_tuning t;
-                t.min_kb = K / 32;  // one slice per tile in both plans
+                t.min_kb = K / 32;  // one slice per tile in every plan
                 t.blocks_per_sm = capped;
+                t.l2_hint = variant >= 2;
                 auto plan = cuda::plan_gemv(dev_, {m}, t);
                 ASSERT_TRUE(plan.is_ok());
                 ASSERT_EQ(plan->ksplit[0], 1);
-                if (capped) ASSERT_LT(plan->max_blocks * 4, N / 16) << "the capped grid must make warps walk items";
+                if (capped) {
+                    ASSERT_LT(plan->max_blocks * 4, N / 16) << "the capped grid must make warps walk items";
+                }
                 dev_buf ws(std::max<size_t>(plan->workspace_bytes, 1));
                 cudaMemset(ws.p, 0, std::max<size_t>(plan->workspace_bytes, 1));
                 cudaMemset(dy.p, 0xff, size_t(M) * N * 4);
                 ASSERT_TRUE(cuda::run_gemv(*plan, ws.p, 0).is_ok());
                 ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-                got[capped].resize(size_t(M) * N);
-                cudaMemcpy(got[capped].data(), dy.p, got[capped].size() * 4, cudaMemcpyDeviceToHost);
+                got[variant].resize(size_t(M) * N);
+                cudaMemcpy(got[variant].data(), dy.p, got[variant].size() * 4, cudaMemcpyDeviceToHost);
             }
-            size_t diff = 0;
-            for (size_t i = 0; i < got[0].size(); i++) {
-                ASSERT_TRUE(std::isfinite(got[1][i])) << "element " << i << " not written (NaN poison)";
-                diff += std::bit_cast<uint32_t>(got[0][i]) != std::bit_cast<uint32_t>(got[1][i]);
+            for (int variant = 0; variant < 4; variant++) {
+                size_t diff = 0;
+                for (size_t i = 0; i < got[0].size(); i++) {
+                    ASSERT_TRUE(std::isfinite(got[variant][i])) << "element " << i << " not written (NaN poison)";
+                    diff += std::bit_cast<uint32_t>(got[0][i]) != std::bit_cast<uint32_t>(got[variant][i]);
+                }
+                EXPECT_EQ(diff, 0u) << (fp4 ? "mxfp4" : "fp8") << " M" << M << " variant " << variant;
             }
-            EXPECT_EQ(diff, 0u) << (fp4 ? "mxfp4" : "fp8") << " M" << M;
         }
 }
 
@@ -330,6 +338,7 @@ TEST(CudaGemvPlan, tuning_shapes_the_k_slicing) {
     EXPECT_EQ(def.waves, 1.0f);  // the kept default (today's plan): one wave, 8-block slices, no cap
     EXPECT_EQ(def.min_kb, 8);
     EXPECT_EQ(def.blocks_per_sm, 0);
+    EXPECT_FALSE(def.l2_hint);
     auto base = cuda::plan_gemv(dev, {m});
     ASSERT_TRUE(base.is_ok());
     EXPECT_EQ(base->max_blocks, 0);
@@ -357,7 +366,8 @@ TEST(CudaGemvPlan, tuning_shapes_the_k_slicing) {
         t.waves = waves;
         EXPECT_EQ(cuda::plan_gemv(dev, {m}, t)->ksplit[0], 1);
     }
-    for (cuda::gemv_tuning bad : {cuda::gemv_tuning{0.0f, 8, 0}, cuda::gemv_tuning{1.0f, 0, 0}, cuda::gemv_tuning{1.0f, 8, -1}})
+    for (cuda::gemv_tuning bad : {cuda::gemv_tuning{0.0f, 8, 0, false}, cuda::gemv_tuning{1.0f, 0, 0, false},
+                                   cuda::gemv_tuning{1.0f, 8, -1, false}})
         EXPECT_EQ(cuda::plan_gemv(dev, {m}, bad).status().code(), status_code::INVALID_ARGUMENT);
 }
 

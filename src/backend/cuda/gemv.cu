@@ -45,9 +45,12 @@
 // dependent 20-way sum. Measured (docs/perf/2026-11-30-gemv-v8.md): STAGES 4 or CHUNK 256 do not
 // help; the per-item fixed cost does. The remaining choices (waves of items, thinnest slice,
 // a capped grid whose warps walk several items) are gemv_tuning fields, measured by
-// `ds41rt_cuda_bench OUT gemv-sweep`; the default is today's plan. The capped-grid (WALK)
-// instances allocate fewer registers (official MXFP4 M <= 8: 78 against 96, 6 blocks per SM
-// against 5), so that setting also measures the occupancy the loop-free code could have.
+// `ds41rt_cuda_bench OUT gemv-sweep`, with two kernel variants: a capped grid whose warps walk
+// items and prefetch the next item's head into L2 (amortizes the per-item prologue latency), and
+// the .L2::256B copy hint (an extra 128 bytes per row in flight at no register cost). The
+// default is today's plan and today's code (the default instances compile to today's registers).
+// The walking instances happen to allocate fewer registers for official MXFP4 at M <= 8 (80
+// against 96: 6 blocks per SM against 5), so that setting also measures that occupancy.
 //
 // Split K: when the launch has fewer 16-row tiles than the GPU has warp slots, each tile's K is
 // cut into slices; each slice writes its fp32 partial to the workspace and the last to finish
@@ -82,19 +85,28 @@ __global__ void split_x_kernel(const __grid_constant__ split_batch b) {
     split_x_rows(b.jobs[blockIdx.y], blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
 }
 
-// WALK (a plan with a capped grid, gemv_tuning::blocks_per_sm): a warp walks items grid-stride.
-// An item never waits on another (the split-K sum is done by whichever slice finishes last), so
-// any grid size completes, and an item's result does not depend on which warp ran it. A separate
-// instance because the loop changes the register allocation (ptxas: e.g. 96 -> 98 for official
-// FP8 at M > 8), and with it the occupancy the default plan is sized by.
-template <bool FP4, bool X8, int NT, bool WALK>  // NT: token tiles of 8 (M <= 8 * NT)
+// WALK (a plan with a capped grid, gemv_tuning::blocks_per_sm): a warp walks items grid-stride,
+// first asking L2 for the head of its next item (prefetch_item_head) so that item's prologue
+// does not wait on HBM. An item never waits on another (the split-K sum is done by whichever
+// slice finishes last), so any grid size completes, and an item's result does not depend on
+// which warp ran it. Separate instances because the loop changes the register allocation
+// (ptxas, official MXFP4 M <= 8: 96 -> 80; reference FP8 M > 8: 88 -> 102), and with it the
+// occupancy the default plan is sized by. L2HINT: gemv_tuning::l2_hint (cp_async16); same
+// registers as without.
+template <bool FP4, bool X8, int NT, bool WALK, bool L2HINT>  // NT: token tiles of 8 (M <= 8 * NT)
 __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const __grid_constant__ batch b) {
-    const int first = blockIdx.x * WARPS + (threadIdx.x >> 5);
-    for (int item = first; item < b.items; item += gridDim.x * WARPS) {  // uniform across the warp
+    const int first = blockIdx.x * WARPS + (threadIdx.x >> 5), stride = gridDim.x * WARPS;
+    for (int item = first; item < b.items; item += stride) {  // uniform across the warp
         int j = 0;
         while (j + 1 < b.njobs && item >= b.jobs[j + 1].item_begin) ++j;
         const job &J = b.jobs[j];
-        gemv_item<FP4, X8, NT>(J, item - J.item_begin);
+        if (WALK && item + stride < b.items) {
+            const int next = item + stride;
+            int jn = j;
+            while (jn + 1 < b.njobs && next >= b.jobs[jn + 1].item_begin) ++jn;
+            prefetch_item_head<FP4>(b.jobs[jn], next - b.jobs[jn].item_begin);
+        }
+        gemv_item<FP4, X8, NT, L2HINT>(J, item - J.item_begin);
         if (!WALK) break;
     }
 }
@@ -125,33 +137,36 @@ size_t split_bytes(const gemv_matrix &m) {
 
 // Blocks of a kernel instance that fit on one SM (registers and shared memory), queried once;
 // the first call also lets the instance use more than the default 48 KB of shared memory.
-template <bool FP4, bool X8, int NT, bool WALK>
+template <bool FP4, bool X8, int NT, bool WALK, bool L2HINT>
 int blocks_per_sm() {
     static const int blocks = [] {
         int n = 0;
-        if (SMEM_BYTES > 48 * 1024)
-            cudaFuncSetAttribute(gemv_kernel<FP4, X8, NT, WALK>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemv_kernel<FP4, X8, NT, WALK>, WARPS * 32, SMEM_BYTES) !=
-                cudaSuccess ||
-            n < 1)
-            n = 1;
+        const auto kernel = gemv_kernel<FP4, X8, NT, WALK, L2HINT>;
+        if (SMEM_BYTES > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, WARPS * 32, SMEM_BYTES) != cudaSuccess || n < 1) n = 1;
         return n;
     }();
     return blocks;
 }
 
-template <bool WALK>
+template <bool WALK, bool L2HINT>
 int resident_blocks_per_sm(int group, int nt) {
     switch (group * 2 + (nt - 1)) {
-    case 0: return blocks_per_sm<false, false, 1, WALK>();
-    case 1: return blocks_per_sm<false, false, 2, WALK>();
-    case 2: return blocks_per_sm<true, false, 1, WALK>();
-    case 3: return blocks_per_sm<true, false, 2, WALK>();
-    case 4: return blocks_per_sm<false, true, 1, WALK>();
-    case 5: return blocks_per_sm<false, true, 2, WALK>();
-    case 6: return blocks_per_sm<true, true, 1, WALK>();
-    default: return blocks_per_sm<true, true, 2, WALK>();
+    case 0: return blocks_per_sm<false, false, 1, WALK, L2HINT>();
+    case 1: return blocks_per_sm<false, false, 2, WALK, L2HINT>();
+    case 2: return blocks_per_sm<true, false, 1, WALK, L2HINT>();
+    case 3: return blocks_per_sm<true, false, 2, WALK, L2HINT>();
+    case 4: return blocks_per_sm<false, true, 1, WALK, L2HINT>();
+    case 5: return blocks_per_sm<false, true, 2, WALK, L2HINT>();
+    case 6: return blocks_per_sm<true, true, 1, WALK, L2HINT>();
+    default: return blocks_per_sm<true, true, 2, WALK, L2HINT>();
     }
+}
+
+int resident_blocks_per_sm(const gemv_tuning &t, int group, int nt) {
+    if (t.blocks_per_sm > 0)
+        return t.l2_hint ? resident_blocks_per_sm<true, true>(group, nt) : resident_blocks_per_sm<true, false>(group, nt);
+    return t.l2_hint ? resident_blocks_per_sm<false, true>(group, nt) : resident_blocks_per_sm<false, false>(group, nt);
 }
 
 }  // namespace
@@ -192,9 +207,7 @@ Result<gemv_plan> plan_gemv(const device_info &dev, const std::vector<gemv_matri
     // stages. The resident-warp count comes from the device (registers and shared memory of the
     // largest instance), never from a baked-in SM count.
     int blocks = 1 << 20;
-    for (const gemv_matrix &m : mats)
-        blocks = std::min(blocks, tuning.blocks_per_sm > 0 ? resident_blocks_per_sm<true>(group_of(m), token_tiles(mats))
-                                                           : resident_blocks_per_sm<false>(group_of(m), token_tiles(mats)));
+    for (const gemv_matrix &m : mats) blocks = std::min(blocks, resident_blocks_per_sm(tuning, group_of(m), token_tiles(mats)));
     if (tuning.blocks_per_sm > 0) blocks = std::min(blocks, tuning.blocks_per_sm);
     const long target = std::max(1L, long(double(long(dev.sm_count) * blocks * WARPS) * tuning.waves));
     const int want = int(std::max<long>(1, target / std::max<long>(1, total_tiles)));
@@ -304,12 +317,13 @@ Status run_gemv(const gemv_plan &plan, void *workspace, cudaStream_t stream) {
         b.items = items;
         int grid = (items + WARPS - 1) / WARPS;
         if (plan.max_blocks > 0) grid = std::min(grid, plan.max_blocks);
-        const bool walk = plan.max_blocks > 0;
-#define DS41RT_GEMV_LAUNCH(FP4, X8)                                                                             \
-    (walk ? (nt == 1 ? gemv_kernel<FP4, X8, 1, true><<<grid, WARPS * 32, SMEM_BYTES, stream>>>(b)              \
-                     : gemv_kernel<FP4, X8, 2, true><<<grid, WARPS * 32, SMEM_BYTES, stream>>>(b))             \
-          : (nt == 1 ? gemv_kernel<FP4, X8, 1, false><<<grid, WARPS * 32, SMEM_BYTES, stream>>>(b)             \
-                     : gemv_kernel<FP4, X8, 2, false><<<grid, WARPS * 32, SMEM_BYTES, stream>>>(b)))
+        const bool walk = plan.max_blocks > 0, hint = plan.tuning.l2_hint;
+#define DS41RT_GEMV_LAUNCH_NT(FP4, X8, W, H)                                              \
+    (nt == 1 ? gemv_kernel<FP4, X8, 1, W, H><<<grid, WARPS * 32, SMEM_BYTES, stream>>>(b) \
+             : gemv_kernel<FP4, X8, 2, W, H><<<grid, WARPS * 32, SMEM_BYTES, stream>>>(b))
+#define DS41RT_GEMV_LAUNCH(FP4, X8)                                                                   \
+    (walk ? (hint ? DS41RT_GEMV_LAUNCH_NT(FP4, X8, true, true) : DS41RT_GEMV_LAUNCH_NT(FP4, X8, true, false)) \
+          : (hint ? DS41RT_GEMV_LAUNCH_NT(FP4, X8, false, true) : DS41RT_GEMV_LAUNCH_NT(FP4, X8, false, false)))
         switch (grp) {
         case 0: DS41RT_GEMV_LAUNCH(false, false); break;
         case 1: DS41RT_GEMV_LAUNCH(true, false); break;
@@ -317,6 +331,7 @@ Status run_gemv(const gemv_plan &plan, void *workspace, cudaStream_t stream) {
         default: DS41RT_GEMV_LAUNCH(true, true); break;
         }
 #undef DS41RT_GEMV_LAUNCH
+#undef DS41RT_GEMV_LAUNCH_NT
         DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
         first = i;
     }

@@ -42,7 +42,9 @@ struct gemv_tuning {
     float waves = 1.0f;     // split K so the launch has this many waves of resident warps' items
     int min_kb = 8;         // thinnest K slice, in 32-k blocks (4 = one 128-byte FP8 stage)
     int blocks_per_sm = 0;  // > 0: grid capped at this many blocks per SM, warps walk items
-                            // grid-stride (fewer, longer-lived warps); 0: one warp per item
+                            // grid-stride (fewer, longer-lived warps), each prefetching its next
+                            // item's head into L2; 0: one warp per item
+    bool l2_hint = false;   // weight copies carry .L2::256B (L2 fetches the next 128-byte stage too)
 };
 
 // The launch shape of one batch of matrices, computed on the host once per shape (a decode
