@@ -203,9 +203,9 @@ Result<gemv_plan> plan_gemv(const device_info &dev, const std::vector<gemv_matri
             if (group_of(m) == grp) plan.mats.push_back(m);
     // Exactly one wave of work items (tuning.waves, default 1) when K slicing can provide it: a
     // second, partial wave would run its items at a fraction of the occupancy, each paying the
-    // full memory latency of its first stages. Slices no thinner than tuning.min_kb blocks and a whole number of shared-memory
-    // stages. The resident-warp count comes from the device (registers and shared memory of the
-    // largest instance), never from a baked-in SM count.
+    // full memory latency of its first stages. Slices no thinner than tuning.min_kb blocks and a
+    // whole number of shared-memory stages. The resident-warp count comes from the device
+    // (registers and shared memory of the largest instance), never from a baked-in SM count.
     int blocks = 1 << 20;
     for (const gemv_matrix &m : mats) blocks = std::min(blocks, resident_blocks_per_sm(tuning, group_of(m), token_tiles(mats)));
     if (tuning.blocks_per_sm > 0) blocks = std::min(blocks, tuning.blocks_per_sm);
