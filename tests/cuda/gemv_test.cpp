@@ -8,11 +8,15 @@
 
 #include <cuda_runtime.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 
 #include "backend/cpu/ops.h"
+#include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gemv.cuh"
+#include "core/dtype.h"
 #include "cuda_test_util.h"
 
 using namespace ds41rt;
@@ -57,7 +61,7 @@ protected:
     };
 
     // Runs all specs as one batch (one plan, one run) and checks each against the CPU reference.
-    void run_batch(const std::vector<spec> &specs) {
+    void run_batch(const std::vector<spec> &specs, const cuda::gemv_tuning &tuning = {}) {
         std::vector<testing_util::quant_weight> qs;
         std::vector<std::vector<float>> xs, refs;
         std::vector<std::unique_ptr<dev_buf>> bufs;
@@ -86,7 +90,7 @@ protected:
             m.M = s.M, m.N = s.N, m.K = s.K, m.act_block = s.act_block;
             mats.push_back(m);
         }
-        auto plan = cuda::plan_gemv(dev_, mats);
+        auto plan = cuda::plan_gemv(dev_, mats, tuning);
         ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
         dev_buf ws(std::max<size_t>(plan->workspace_bytes, 1));
         cudaMemset(ws.p, 0, std::max<size_t>(plan->workspace_bytes, 1));
@@ -163,6 +167,146 @@ TEST_F(CudaGemv, mixed_batch_in_one_launch) {
     run_batch(specs);
 }
 
+// round_bf16_out (official numerics' bf16 linears) must leave exactly the bits of today's path:
+// the same plan run without it, then round_bf16_inplace; and those equal core round_bf16 of the
+// unrounded output on the host (the independent reference for the rounding itself). Both the
+// direct store (K 256: one slice on any device) and the split-K last-slice sum (N 512, K 5120:
+// 32 tiles, always sliced) are covered, FP8 and MXFP4, M 1 and 16, both activation modes.
+TEST_F(CudaGemv, fused_bf16_rounding_is_bit_identical) {
+    struct rcase {
+        bool fp4;
+        int M, N, K, act_block;
+        bool split;
+    };
+    std::vector<rcase> cases;
+    for (int M : {1, 16})
+        for (int act : {32, 0}) {
+            cases.push_back({false, M, 2048, 256, act, false});
+            cases.push_back({false, M, 512, 5120, act, true});
+            cases.push_back({true, M, 2304, 256, act, false});
+            cases.push_back({true, M, 512, 5120, act, true});
+        }
+    for (const rcase &c : cases) {
+        const std::string what = std::string(c.fp4 ? "mxfp4" : "fp8") + " M" + std::to_string(c.M) + " N" +
+                                 std::to_string(c.N) + " K" + std::to_string(c.K) + " act " + std::to_string(c.act_block);
+        auto q = c.fp4 ? testing_util::random_mxfp4(c.N, c.K, uint32_t(c.N + 11 * c.K))
+                       : testing_util::random_fp8_block(c.N, c.K, 32, 32, uint32_t(c.N + 5 * c.K));
+        auto x = testing_util::random_normal(size_t(c.M) * c.K, uint32_t(c.M * 7 + c.K));
+        const size_t ny = size_t(c.M) * c.N;
+        dev_buf w(q.w.size()), sc(q.scale.size()), dx(x.size() * 4), y0(ny * 4), y1(ny * 4);
+        cudaMemcpy(w.p, q.w.data(), q.w.size(), cudaMemcpyHostToDevice);
+        cudaMemcpy(sc.p, q.scale.data(), q.scale.size(), cudaMemcpyHostToDevice);
+        cudaMemcpy(dx.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
+        cuda::gemv_matrix m;
+        m.w = w.as<uint8_t>(), m.scale = sc.as<uint8_t>(), m.fp4 = c.fp4, m.block_out = m.block_in = 32;
+        m.N = c.N, m.K = c.K, m.M = c.M, m.x = dx.as<float>(), m.act_block = c.act_block;
+        std::vector<float> plain(ny), fused(ny), today(ny);
+        for (int fuse = 0; fuse < 2; fuse++) {
+            m.y = (fuse ? y1 : y0).as<float>();
+            m.round_bf16_out = fuse == 1;
+            auto plan = cuda::plan_gemv(dev_, {m});
+            ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+            ASSERT_EQ(plan->ksplit[0] > 1, c.split) << what << ": ksplit " << plan->ksplit[0];
+            dev_buf ws(std::max<size_t>(plan->workspace_bytes, 1));
+            cudaMemset(ws.p, 0, std::max<size_t>(plan->workspace_bytes, 1));
+            for (int rep = 0; rep < 2; rep++) {  // the second run reuses the split-K counters
+                cudaMemset(m.y, 0xff, ny * 4);    // NaN poison
+                ASSERT_TRUE(cuda::run_gemv(*plan, ws.p, 0).is_ok());
+                ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+                if (fuse) {
+                    cudaMemcpy(fused.data(), m.y, ny * 4, cudaMemcpyDeviceToHost);
+                } else {
+                    cudaMemcpy(plain.data(), m.y, ny * 4, cudaMemcpyDeviceToHost);
+                    ASSERT_TRUE(cuda::round_bf16_inplace(m.y, int64_t(ny), 0).is_ok());
+                    cudaMemcpy(today.data(), m.y, ny * 4, cudaMemcpyDeviceToHost);
+                }
+            }
+        }
+        size_t diff = 0, unchanged = 0;
+        for (size_t i = 0; i < ny; i++) {
+            ASSERT_TRUE(std::isfinite(fused[i])) << what << ": element " << i << " not written (NaN poison)";
+            const uint32_t a = std::bit_cast<uint32_t>(fused[i]), b = std::bit_cast<uint32_t>(today[i]);
+            const uint32_t h = std::bit_cast<uint32_t>(ds41rt::round_bf16(plain[i]));
+            if ((a != b || a != h) && diff++ < 5)
+                ADD_FAILURE() << what << ": element " << i << " fused " << std::hexfloat << fused[i] << " vs GEMV + round "
+                              << today[i] << " vs host round " << ds41rt::round_bf16(plain[i]);
+            unchanged += fused[i] == plain[i];
+        }
+        EXPECT_EQ(diff, 0u) << what;
+        // Random fp32 sums are almost never bf16 already: rounding that did nothing would show here.
+        EXPECT_LT(unchanged, ny / 10 + 1) << what;
+        std::printf("[ fused round ] %s ksplit %s: %zu / %zu outputs differ from GEMV + round_bf16_inplace\n",
+                    what.c_str(), c.split ? "yes" : "no", diff, ny);
+    }
+}
+
+// The launch tunables the bench sweeps (gemv_tuning): thinner / more K slices and a capped grid
+// whose warps walk many items each must still give every output within the reference tolerance,
+// at the decode shapes, including a batch spanning two launches.
+TEST_F(CudaGemv, tuned_plans_match_reference) {
+    for (cuda::gemv_tuning t : {cuda::gemv_tuning{4.0f, 4, 1, false}, cuda::gemv_tuning{0.5f, 16, 2, true},
+                                cuda::gemv_tuning{2.0f, 8, 0, true}}) {
+        SCOPED_TRACE(std::to_string(t.waves) + " waves, min_kb " + std::to_string(t.min_kb) + ", blocks/SM " +
+                     std::to_string(t.blocks_per_sm) + (t.l2_hint ? ", L2 hint" : ""));
+        for (int M : {1, 16}) {
+            run_batch({{false, M, 1280, 5120, 32, 32}, {false, M, 512, 5120, 32, 32}}, t);  // wq_a + wkv
+            run_batch({{false, M, 32768, 1280, 32, 32}}, t);                                // wq_b
+            run_batch({{true, M, 5120, 2304, 32, 32}, {true, M, 5120, 2304, 32, 32}}, t);  // experts w2
+        }
+        std::vector<spec> many;
+        for (int e = 0; e < 26; e++) many.push_back({e % 2 == 0, 1 + e % 3, 96 + 16 * e, 1024, 32, e % 3 ? 32 : 0});
+        run_batch(many, t);
+    }
+}
+
+// A capped grid (warps walking several items, prefetching the next one's head) changes which
+// warp runs an item, and the L2 hint only how the bytes are fetched, never the sums: with the K
+// slicing held equal (one slice per tile), the bits equal the default one-warp-per-item launch.
+TEST_F(CudaGemv, grid_stride_and_l2_hint_are_bit_identical) {
+    for (bool fp4 : {false, true})
+        for (int M : {1, 16}) {
+            const int N = 16384, K = 1024;  // 1024 tiles: more than a one-block-per-SM grid has warps
+            auto q = fp4 ? testing_util::random_mxfp4(N, K, 7u) : testing_util::random_fp8_block(N, K, 32, 32, 7u);
+            auto x = testing_util::random_normal(size_t(M) * K, 9u);
+            dev_buf w(q.w.size()), sc(q.scale.size()), dx(x.size() * 4), dy(size_t(M) * N * 4);
+            cudaMemcpy(w.p, q.w.data(), q.w.size(), cudaMemcpyHostToDevice);
+            cudaMemcpy(sc.p, q.scale.data(), q.scale.size(), cudaMemcpyHostToDevice);
+            cudaMemcpy(dx.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
+            cuda::gemv_matrix m;
+            m.w = w.as<uint8_t>(), m.scale = sc.as<uint8_t>(), m.fp4 = fp4;
+            m.N = N, m.K = K, m.M = M, m.x = dx.as<float>(), m.y = dy.as<float>(), m.act_block = 32;
+            std::vector<float> got[4];
+            for (int variant = 0; variant < 4; variant++) {
+                const int capped = variant & 1;
+                cuda::gemv_tuning t;
+                t.min_kb = K / 32;  // one slice per tile in every plan
+                t.blocks_per_sm = capped;
+                t.l2_hint = variant >= 2;
+                auto plan = cuda::plan_gemv(dev_, {m}, t);
+                ASSERT_TRUE(plan.is_ok());
+                ASSERT_EQ(plan->ksplit[0], 1);
+                if (capped) {
+                    ASSERT_LT(plan->max_blocks * 4, N / 16) << "the capped grid must make warps walk items";
+                }
+                dev_buf ws(std::max<size_t>(plan->workspace_bytes, 1));
+                cudaMemset(ws.p, 0, std::max<size_t>(plan->workspace_bytes, 1));
+                cudaMemset(dy.p, 0xff, size_t(M) * N * 4);
+                ASSERT_TRUE(cuda::run_gemv(*plan, ws.p, 0).is_ok());
+                ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+                got[variant].resize(size_t(M) * N);
+                cudaMemcpy(got[variant].data(), dy.p, got[variant].size() * 4, cudaMemcpyDeviceToHost);
+            }
+            for (int variant = 0; variant < 4; variant++) {
+                size_t diff = 0;
+                for (size_t i = 0; i < got[0].size(); i++) {
+                    ASSERT_TRUE(std::isfinite(got[variant][i])) << "element " << i << " not written (NaN poison)";
+                    diff += std::bit_cast<uint32_t>(got[0][i]) != std::bit_cast<uint32_t>(got[variant][i]);
+                }
+                EXPECT_EQ(diff, 0u) << (fp4 ? "mxfp4" : "fp8") << " M" << M << " variant " << variant;
+            }
+        }
+}
+
 TEST_F(CudaGemv, rejects_unsupported_shapes) {
     cuda::gemv_matrix m;
     m.M = 1, m.N = 8, m.K = 40;
@@ -173,6 +317,58 @@ TEST_F(CudaGemv, rejects_unsupported_shapes) {
     EXPECT_EQ(cuda::plan_gemv(dev_, {m}).status().code(), status_code::NOT_SUPPORTED);
     m.block_in = 32, m.act_block = 48;
     EXPECT_EQ(cuda::plan_gemv(dev_, {m}).status().code(), status_code::NOT_SUPPORTED);
+    m.act_block = 32;
+    cuda::gemv_tuning bad;
+    bad.waves = 0.0f;
+    EXPECT_EQ(cuda::plan_gemv(dev_, {m}, bad).status().code(), status_code::INVALID_ARGUMENT);
+}
+
+// Host-only (no GPU needed): how the tunables shape the plan. The resident-block count comes from
+// the CUDA occupancy query (1 without a device), so only relations that hold for any count are
+// checked; the hand-made device_info stands in for an H200's 132 SMs.
+TEST(CudaGemvPlan, tuning_shapes_the_k_slicing) {
+    cuda::device_info dev;
+    dev.sm_count = 132;
+    cuda::gemv_matrix m;
+    m.w = m.scale = reinterpret_cast<const uint8_t *>(uintptr_t(256));
+    m.x = reinterpret_cast<const float *>(uintptr_t(256));
+    m.y = reinterpret_cast<float *>(uintptr_t(512));
+    m.N = 512, m.K = 5120, m.act_block = 32;  // wkv: 32 tiles, 160 k blocks
+    const cuda::gemv_tuning def;
+    EXPECT_EQ(def.waves, 1.0f);  // the kept default (today's plan): one wave, 8-block slices, no cap
+    EXPECT_EQ(def.min_kb, 8);
+    EXPECT_EQ(def.blocks_per_sm, 0);
+    EXPECT_FALSE(def.l2_hint);
+    auto base = cuda::plan_gemv(dev, {m});
+    ASSERT_TRUE(base.is_ok());
+    EXPECT_EQ(base->max_blocks, 0);
+    EXPECT_GT(base->ksplit[0], 1);  // 32 tiles never fill 132 SMs: always sliced
+    EXPECT_LE(base->ksplit[0], 160 / 8);
+    int prev = 0;
+    for (float waves : {0.5f, 1.0f, 2.0f, 4.0f, 64.0f}) {
+        cuda::gemv_tuning t;
+        t.waves = waves, t.min_kb = 4;
+        auto p = cuda::plan_gemv(dev, {m}, t);
+        ASSERT_TRUE(p.is_ok());
+        EXPECT_GE(p->ksplit[0], prev) << waves << " waves";  // more waves, never fewer slices
+        EXPECT_LE(p->ksplit[0], 160 / 4);
+        prev = p->ksplit[0];
+    }
+    EXPECT_EQ(prev, 40);  // 64 waves: as thin as min_kb allows
+    cuda::gemv_tuning capped;
+    capped.blocks_per_sm = 2;
+    auto c = cuda::plan_gemv(dev, {m}, capped);
+    ASSERT_TRUE(c.is_ok());
+    EXPECT_EQ(c->max_blocks, 264);
+    m.K = 256;  // 8 k blocks: one slice whatever the tuning
+    for (float waves : {1.0f, 64.0f}) {
+        cuda::gemv_tuning t;
+        t.waves = waves;
+        EXPECT_EQ(cuda::plan_gemv(dev, {m}, t)->ksplit[0], 1);
+    }
+    for (cuda::gemv_tuning bad : {cuda::gemv_tuning{0.0f, 8, 0, false}, cuda::gemv_tuning{1.0f, 0, 0, false},
+                                   cuda::gemv_tuning{1.0f, 8, -1, false}})
+        EXPECT_EQ(cuda::plan_gemv(dev, {m}, bad).status().code(), status_code::INVALID_ARGUMENT);
 }
 
 }  // namespace

@@ -34,14 +34,37 @@
 //    E4M3 bytes equal to value * 2^-6 in 9 integer ops per 8 codes (the 2^6 goes to the scale).
 //    Products are exact; the sums are fp32.
 //
+// Bytes in flight (ptxas, sm_90a, CUDA 13): the official FP8 M <= 8 instance uses 72 registers
+// and 30 KB of ring per 4-warp block, so 7 blocks (28 warps) fit an SM by either limit; a warp
+// keeps STAGES - 1 = 2 stages (4 KB) in flight, 112 KB per full SM against the ~32 KB an H200 SM
+// needs to cover HBM latency at 4.2 TB/s. Occupancy is not what the decode shapes lack: one-wave
+// sizing leaves wq_b (2048 tiles, no split) at 2048 of 3696 warp slots (~62 KB in flight per SM,
+// falling to ~2 KB per warp while it computes a stage), and the split matrices (wq_a + wkv: 20
+// slices of 8 k blocks) give each item 2 stages, i.e. no steady state at all: every item pays
+// one full memory latency plus a partial write, a fence, an atomic and, for the last slice, a
+// dependent 20-way sum. Measured (docs/perf/2026-11-30-gemv-v8.md): STAGES 4 or CHUNK 256 do not
+// help; the per-item fixed cost does. The remaining choices (waves of items, thinnest slice,
+// a capped grid whose warps walk several items) are gemv_tuning fields, measured by
+// `ds41rt_cuda_bench OUT gemv-sweep`, with two kernel variants: a capped grid whose warps walk
+// items and prefetch the next item's head into L2 (amortizes the per-item prologue latency), and
+// the .L2::256B copy hint (an extra 128 bytes per row in flight at no register cost). The
+// default is today's plan and today's code (the default instances compile to today's registers).
+// The walking instances happen to allocate fewer registers for official MXFP4 at M <= 8 (80
+// against 96: 6 blocks per SM against 5), so that setting also measures that occupancy.
+//
 // Split K: when the launch has fewer 16-row tiles than the GPU has warp slots, each tile's K is
 // cut into slices; each slice writes its fp32 partial to the workspace and the last to finish
 // (an atomic counter per tile) sums them in slice order and writes y. The order is fixed, so
 // results are deterministic; the counter is reset for the next replay.
 //
+// Output rounding (round_bf16_out, official numerics' bf16 linears): applied to the final fp32 sum
+// where y is written (directly, or by the last K slice after summing the partials), so y holds the
+// bits a separate round_bf16_inplace pass would leave; no extra bytes, one cvt per output.
+//
 // Invariants: K % 32 == 0, M <= 16, y does not alias x or W. Graph-replayable: yes.
 // Test: tests/cuda/gemv_test.cpp: relative error vs the CPU reference <= 1e-5 (both modes),
-// NaN-poisoned y, two runs per plan (the counters are reusable).
+// NaN-poisoned y, two runs per plan (the counters are reusable); round_bf16_out bit-identical to
+// the unrounded run followed by round_bf16_inplace (split and unsplit K, FP8 and MXFP4).
 #include "backend/cuda/gemv.cuh"
 
 #include <cuda_fp16.h>
@@ -63,14 +86,30 @@ __global__ void split_x_kernel(const __grid_constant__ split_batch b) {
     split_x_rows(b.jobs[blockIdx.y], blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
 }
 
-template <bool FP4, bool X8, int NT>  // NT: token tiles of 8 (M <= 8 * NT)
+// WALK (a plan with a capped grid, gemv_tuning::blocks_per_sm): a warp walks items grid-stride,
+// first asking L2 for the head of its next item (prefetch_item_head) so that item's prologue
+// does not wait on HBM. An item never waits on another (the split-K sum is done by whichever
+// slice finishes last), so any grid size completes, and an item's result does not depend on
+// which warp ran it. Separate instances because the loop changes the register allocation
+// (ptxas, official MXFP4 M <= 8: 96 -> 80; reference FP8 M > 8: 88 -> 102), and with it the
+// occupancy the default plan is sized by. L2HINT: gemv_tuning::l2_hint (cp_async16); same
+// registers as without.
+template <bool FP4, bool X8, int NT, bool WALK, bool L2HINT>  // NT: token tiles of 8 (M <= 8 * NT)
 __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const __grid_constant__ batch b) {
-    const int item = blockIdx.x * WARPS + (threadIdx.x >> 5);
-    if (item >= b.items) return;  // uniform across the warp
-    int j = 0;
-    while (j + 1 < b.njobs && item >= b.jobs[j + 1].item_begin) ++j;
-    const job &J = b.jobs[j];
-    gemv_item<FP4, X8, NT>(J, item - J.item_begin);
+    const int first = blockIdx.x * WARPS + (threadIdx.x >> 5), stride = gridDim.x * WARPS;
+    for (int item = first; item < b.items; item += stride) {  // uniform across the warp
+        int j = 0;
+        while (j + 1 < b.njobs && item >= b.jobs[j + 1].item_begin) ++j;
+        const job &J = b.jobs[j];
+        if (WALK && item + stride < b.items) {
+            const int next = item + stride;
+            int jn = j;
+            while (jn + 1 < b.njobs && next >= b.jobs[jn + 1].item_begin) ++jn;
+            prefetch_item_head<FP4>(b.jobs[jn], next - b.jobs[jn].item_begin);
+        }
+        gemv_item<FP4, X8, NT, L2HINT>(J, item - J.item_begin);
+        if (!WALK) break;
+    }
 }
 
 int tiles_of(const gemv_matrix &m) { return (m.N + 15) / 16; }
@@ -97,34 +136,45 @@ size_t split_bytes(const gemv_matrix &m) {
 
 // Blocks of a kernel instance that fit on one SM (registers and shared memory), queried once;
 // the first call also lets the instance use more than the default 48 KB of shared memory.
-template <bool FP4, bool X8, int NT>
+template <bool FP4, bool X8, int NT, bool WALK, bool L2HINT>
 int blocks_per_sm() {
     static const int blocks = [] {
-        if (SMEM_BYTES > 48 * 1024)
-            cudaFuncSetAttribute(gemv_kernel<FP4, X8, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
-        return splitk::resident_blocks(gemv_kernel<FP4, X8, NT>, WARPS * 32, SMEM_BYTES);
+        const auto kernel = gemv_kernel<FP4, X8, NT, WALK, L2HINT>;
+        if (SMEM_BYTES > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
+        return splitk::resident_blocks(kernel, WARPS * 32, SMEM_BYTES);
     }();
     return blocks;
 }
 
+template <bool WALK, bool L2HINT>
 int resident_blocks_per_sm(int group, int nt) {
     switch (group * 2 + (nt - 1)) {
-    case 0: return blocks_per_sm<false, false, 1>();
-    case 1: return blocks_per_sm<false, false, 2>();
-    case 2: return blocks_per_sm<true, false, 1>();
-    case 3: return blocks_per_sm<true, false, 2>();
-    case 4: return blocks_per_sm<false, true, 1>();
-    case 5: return blocks_per_sm<false, true, 2>();
-    case 6: return blocks_per_sm<true, true, 1>();
-    default: return blocks_per_sm<true, true, 2>();
+    case 0: return blocks_per_sm<false, false, 1, WALK, L2HINT>();
+    case 1: return blocks_per_sm<false, false, 2, WALK, L2HINT>();
+    case 2: return blocks_per_sm<true, false, 1, WALK, L2HINT>();
+    case 3: return blocks_per_sm<true, false, 2, WALK, L2HINT>();
+    case 4: return blocks_per_sm<false, true, 1, WALK, L2HINT>();
+    case 5: return blocks_per_sm<false, true, 2, WALK, L2HINT>();
+    case 6: return blocks_per_sm<true, true, 1, WALK, L2HINT>();
+    default: return blocks_per_sm<true, true, 2, WALK, L2HINT>();
     }
+}
+
+int resident_blocks_per_sm(const gemv_tuning &t, int group, int nt) {
+    if (t.blocks_per_sm > 0)
+        return t.l2_hint ? resident_blocks_per_sm<true, true>(group, nt) : resident_blocks_per_sm<true, false>(group, nt);
+    return t.l2_hint ? resident_blocks_per_sm<false, true>(group, nt) : resident_blocks_per_sm<false, false>(group, nt);
 }
 
 }  // namespace
 
 // Workspace layout: [tile counters][split-K partials][split x, one per distinct x].
-Result<gemv_plan> plan_gemv(const device_info &dev, const std::vector<gemv_matrix> &mats) {
+Result<gemv_plan> plan_gemv(const device_info &dev, const std::vector<gemv_matrix> &mats, const gemv_tuning &tuning) {
+    if (!(tuning.waves > 0.0f) || tuning.min_kb < 1 || tuning.blocks_per_sm < 0)
+        return Status::invalid_argument("gemv tuning: waves > 0, min_kb >= 1 and blocks_per_sm >= 0 required");
     gemv_plan plan;
+    plan.tuning = tuning;
+    plan.max_blocks = tuning.blocks_per_sm > 0 ? dev.sm_count * tuning.blocks_per_sm : 0;
     long total_tiles = 0;
     for (size_t i = 0; i < mats.size(); i++) {
         const gemv_matrix &m = mats[i];
@@ -148,18 +198,20 @@ Result<gemv_plan> plan_gemv(const device_info &dev, const std::vector<gemv_matri
     for (int grp = 0; grp < 4; grp++)
         for (const gemv_matrix &m : mats)
             if (group_of(m) == grp) plan.mats.push_back(m);
-    // Exactly one wave of work items when K slicing can provide it: a second, partial wave would
-    // run its items at a fraction of the occupancy, each paying the full memory latency of its
-    // first stages. Slices no thinner than MIN_KB blocks and a whole number of shared-memory
-    // stages. The resident-warp count comes from the device (registers and shared memory of the
-    // largest instance), never from a baked-in SM count.
+    // Exactly one wave of work items (tuning.waves, default 1) when K slicing can provide it: a
+    // second, partial wave would run its items at a fraction of the occupancy, each paying the
+    // full memory latency of its first stages. Slices no thinner than tuning.min_kb blocks and a
+    // whole number of shared-memory stages. The resident-warp count comes from the device
+    // (registers and shared memory of the largest instance), never from a baked-in SM count.
     int blocks = 1 << 20;
-    for (const gemv_matrix &m : mats) blocks = std::min(blocks, resident_blocks_per_sm(group_of(m), token_tiles(mats)));
-    const int want = splitk::slices_wanted(long(dev.sm_count) * blocks * WARPS, total_tiles);
+    for (const gemv_matrix &m : mats) blocks = std::min(blocks, resident_blocks_per_sm(tuning, group_of(m), token_tiles(mats)));
+    if (tuning.blocks_per_sm > 0) blocks = std::min(blocks, tuning.blocks_per_sm);
+    const long target = std::max(1L, long(double(long(dev.sm_count) * blocks * WARPS) * tuning.waves));
+    const int want = splitk::slices_wanted(target, total_tiles);
     const int slot_floats = token_tiles(mats) * 4 * 32;
     splitk::workspace_layout ws;
     for (const gemv_matrix &m : plan.mats) {
-        const int ks = splitk::slice_count(m.K / 32, want, MIN_KB, stage_kb(m));
+        const int ks = splitk::slice_count(m.K / 32, want, tuning.min_kb, stage_kb(m));
         plan.ksplit.push_back(ks);
         ws.add(size_t(tiles_of(m)), ks, size_t(slot_floats));
     }
@@ -228,6 +280,7 @@ Status run_gemv(const gemv_plan &plan, void *workspace, cudaStream_t stream) {
                     return Status::not_supported("gemv: FP8 block_in must equal act_block in official numerics");
                 J.sshift = log2_exact(m.block_in / 32);
             }
+            J.round_out = m.round_bf16_out;
             J.ksplit = ks;
             J.kb_per_split = splitk::slice_len(m.K / 32, ks, stage_kb(m));  // as plan_gemv
             J.item_begin = items;
@@ -239,10 +292,15 @@ Status run_gemv(const gemv_plan &plan, void *workspace, cudaStream_t stream) {
             items += tiles_of(m) * ks;
         }
         b.items = items;
-        const int grid = (items + WARPS - 1) / WARPS;
-#define DS41RT_GEMV_LAUNCH(FP4, X8)                                                             \
-    (nt == 1 ? gemv_kernel<FP4, X8, 1><<<grid, WARPS * 32, SMEM_BYTES, stream>>>(b)             \
-             : gemv_kernel<FP4, X8, 2><<<grid, WARPS * 32, SMEM_BYTES, stream>>>(b))
+        int grid = (items + WARPS - 1) / WARPS;
+        if (plan.max_blocks > 0) grid = std::min(grid, plan.max_blocks);
+        const bool walk = plan.max_blocks > 0, hint = plan.tuning.l2_hint;
+#define DS41RT_GEMV_LAUNCH_NT(FP4, X8, W, H)                                              \
+    (nt == 1 ? gemv_kernel<FP4, X8, 1, W, H><<<grid, WARPS * 32, SMEM_BYTES, stream>>>(b) \
+             : gemv_kernel<FP4, X8, 2, W, H><<<grid, WARPS * 32, SMEM_BYTES, stream>>>(b))
+#define DS41RT_GEMV_LAUNCH(FP4, X8)                                                                   \
+    (walk ? (hint ? DS41RT_GEMV_LAUNCH_NT(FP4, X8, true, true) : DS41RT_GEMV_LAUNCH_NT(FP4, X8, true, false)) \
+          : (hint ? DS41RT_GEMV_LAUNCH_NT(FP4, X8, false, true) : DS41RT_GEMV_LAUNCH_NT(FP4, X8, false, false)))
         switch (grp) {
         case 0: DS41RT_GEMV_LAUNCH(false, false); break;
         case 1: DS41RT_GEMV_LAUNCH(true, false); break;
@@ -250,6 +308,7 @@ Status run_gemv(const gemv_plan &plan, void *workspace, cudaStream_t stream) {
         default: DS41RT_GEMV_LAUNCH(true, true); break;
         }
 #undef DS41RT_GEMV_LAUNCH
+#undef DS41RT_GEMV_LAUNCH_NT
         DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
         first = i;
     }

@@ -31,19 +31,37 @@ struct gemv_matrix {
     int act_block = 0;
     float *y = nullptr;                 // [M, N]; must not alias x or w
     int M = 1;                          // 1..16
+    // Official numerics' bf16 linear outputs: y is written already rounded to bf16 (nearest even,
+    // the bits round_bf16_inplace would give), saving that launch and its pass over y.
+    bool round_bf16_out = false;
+};
+
+// Launch-shape tunables (ds41rt_cuda_bench gemv-sweep measures them at the decode shapes). The
+// member initializers are the kept default; changing one of them is the whole switch.
+struct gemv_tuning {
+    float waves = 1.0f;     // split K so the launch has this many waves of resident warps' items
+    int min_kb = 8;         // thinnest K slice, in 32-k blocks (4 = one 128-byte FP8 stage)
+    int blocks_per_sm = 0;  // > 0: grid capped at this many blocks per SM, warps walk items
+                            // grid-stride (fewer, longer-lived warps), each prefetching its next
+                            // item's head into L2; 0: one warp per item
+    bool l2_hint = false;   // weight copies carry .L2::256B (L2 fetches the next 128-byte stage too)
 };
 
 // The launch shape of one batch of matrices, computed on the host once per shape (a decode
 // step captured in a graph reuses it): how each matrix is cut into work items and how much
 // workspace its split-K partials need.
 struct gemv_plan {
+    gemv_tuning tuning;
+    int max_blocks = 0;             // grid cap from tuning.blocks_per_sm (0: none)
     std::vector<gemv_matrix> mats;  // in launch order (grouped by format and numerics)
     std::vector<int> ksplit;       // K slices per 16-row tile, per matrix
     std::vector<size_t> x_offset;  // where each matrix's split x lives in the workspace
     size_t workspace_bytes = 0;
 };
 
-Result<gemv_plan> plan_gemv(const device_info &dev, const std::vector<gemv_matrix> &mats);
+// The K slicing depends on the tuning, the device and the whole batch (fixed per plan, so a
+// replayed plan gives the same bits every time).
+Result<gemv_plan> plan_gemv(const device_info &dev, const std::vector<gemv_matrix> &mats, const gemv_tuning &tuning = {});
 
 // workspace: workspace_bytes of device memory, zeroed once when allocated (the kernel leaves its
 // tile counters at zero again after every run, so replays need no memset).

@@ -15,7 +15,6 @@ namespace ds41rt::backend::cuda::gemv_detail {
 
 constexpr int WARPS = 4;      // warps per block; each runs its own work item
 constexpr int MAX_JOBS = 24;  // matrices per launch (kernel parameter space)
-constexpr int MIN_KB = 8;     // smallest K slice, in 32-k blocks
 #ifndef DS41RT_GEMV_STAGES
 #define DS41RT_GEMV_STAGES 3
 #endif
@@ -46,6 +45,7 @@ struct job {
     int scols, sshift;  // FP8: scale columns, log2(block_in / 32); official: log2(act_block / 32)
     int row_block_shift; // FP8: log2(block_out / 16)
     int ksplit, kb_per_split, item_begin;
+    bool round_out;      // y rounded to bf16 where it is written (gemv_matrix::round_bf16_out)
 };
 
 struct batch {
@@ -94,9 +94,16 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], 
 
 // 16 bytes global -> shared without registers; src_bytes = 0 writes zeros (rows past N, k past
 // the slice). Weights are read once per token: .cg keeps them out of L1.
+// L2HINT: the .L2::256B qualifier lets L2 fetch the whole 256-byte block around each request, so
+// the next 128-byte stage of a row is on its way from HBM before its own copy is issued (more
+// bytes in flight at no register or shared-memory cost; the data copied is the same).
+template <bool L2HINT = false>
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
     const unsigned d = unsigned(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes));
+    if constexpr (L2HINT)
+        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes));
+    else
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes));
 }
 // 4 bytes global -> shared (the MXFP4 scale rows).
 __device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_bytes) {
@@ -256,7 +263,24 @@ __device__ __forceinline__ void kblock(uint2 la, uint2 lb, float sa, float sb, c
     }
 }
 
-template <bool FP4, bool X8, int NT>  // NT: token tiles of 8 (M <= 8 * NT)
+// The first stages of an item's weight rows (what its prologue will copy) into L2, for a warp
+// about to finish another item: the prologue then waits on L2, not HBM. A hint: no data moves
+// into shared memory and nothing changes in any sum.
+template <bool FP4>
+__device__ __forceinline__ void prefetch_item_head(const job &J, int local) {
+    constexpr int KB_BYTES = FP4 ? 16 : 32, LINES = (STAGES - 1) * CHUNK / 128;  // 128-byte lines per row
+    const int lane = threadIdx.x & 31, nkb = J.K / 32;
+    const int tile = local / J.ksplit, ks = local - tile * J.ksplit;
+    const int kb0 = ks * J.kb_per_split, kb1 = min(nkb, kb0 + J.kb_per_split);
+    const size_t row_bytes = size_t(J.K) / (FP4 ? 2 : 1);
+    for (int i = lane; i < 16 * LINES; i += 32) {
+        const int r = tile * 16 + (i & 15), line = i >> 4;
+        if (r < J.N && line * 128 < (kb1 - kb0) * KB_BYTES)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(J.w + size_t(r) * row_bytes + size_t(kb0) * KB_BYTES + line * 128));
+    }
+}
+
+template <bool FP4, bool X8, int NT, bool L2HINT = false>  // NT: token tiles of 8 (M <= 8 * NT)
 __device__ __forceinline__ void gemv_item(const job &J, int local) {
     constexpr int KB_BYTES = FP4 ? 16 : 32, KPS = CHUNK / KB_BYTES, PITCH = FP4 ? PITCH_FP4 : PITCH_FP8;
     const int lane = threadIdx.x & 31;
@@ -292,7 +316,7 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
             const bool k_ok = kb0 + s * KPS + col_kb < kb1;
 #pragma unroll
             for (int i = 0; i < COPIES; i++)
-                cp_async16(dst + ROWS_PER_COPY * i * PITCH, src[i] + size_t(s) * CHUNK, row_ok[i] && k_ok ? 16 : 0);
+                cp_async16<L2HINT>(dst + ROWS_PER_COPY * i * PITCH, src[i] + size_t(s) * CHUNK, row_ok[i] && k_ok ? 16 : 0);
             if (FP4 && ring_scales) {
 #pragma unroll
                 for (int j = 0; j < FP4_SCALES / 8; j++) {  // 16 rows x FP4_SCALES / 4 pieces
@@ -423,7 +447,7 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
             for (int i = 0; i < 4; i++) {
                 const int m = nt * 8 + 2 * q + (i & 1);
                 const int r = i < 2 ? ra : rb;
-                if (m < M && r < N) J.y[size_t(m) * N + r] = v[nt][i];
+                if (m < M && r < N) J.y[size_t(m) * N + r] = J.round_out ? dev::round_bf16(v[nt][i]) : v[nt][i];
             }
     };
     if (ksplit == 1) {

@@ -257,6 +257,7 @@ __global__ void __launch_bounds__(WARPS * 32) moe_routed_mxfp4_kernel(const __gr
     J.ksplit = ks;
     J.kb_per_split = ((m.K / 32 + ks - 1) / ks + KPS - 1) / KPS * KPS;  // as run_gemv
     J.item_begin = 0;
+    J.round_out = false;  // h and the expert outputs are rounded by moe_numerics where the CPU rounds
     gd::gemv_item<true, X8, NT>(J, m.local);
 }
 

@@ -554,6 +554,7 @@ Status device_model::run_linears(const std::vector<linear_job> &jobs, int64_t M,
                 g.act_block = quant_x ? act_block : 0;
                 g.y = gemv_jobs[j]->y + m0 * L.N;
                 g.M = int(std::min<int64_t>(16, M - m0));
+                g.round_bf16_out = official_ && cls != lin::F32;  // fused: no separate round launch
                 mats.push_back(g);
             }
             auto plan = cuda::plan_gemv(dev_, mats);
@@ -572,9 +573,10 @@ Status device_model::run_linears(const std::vector<linear_job> &jobs, int64_t M,
             DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(gemv_ws_.as<void>(), 0, plan->workspace_bytes, stream_));
             DS41RT_RETURN_IF_ERROR(cuda::run_gemv(plan.value(), gemv_ws_.as<void>(), stream_));
         }
+    // The GEMV rounded its outputs itself (round_bf16_out); only the dense jobs need the pass.
     if (official_ && cls != lin::F32)
         for (const linear_job &j : jobs)
-            DS41RT_RETURN_IF_ERROR(cuda::round_bf16_inplace(j.y, M * j.L->N, stream_));
+            if (j.L->k == dlinear::kind::DENSE) DS41RT_RETURN_IF_ERROR(cuda::round_bf16_inplace(j.y, M * j.L->N, stream_));
     return Status::ok();
 }
 
