@@ -1,0 +1,127 @@
+// A tiny V4.1 model with EXL3 (exllamav3 K = 2 MCG trellis) routed experts on the GPU engine
+// against the CPU engine (issue 6: the same greedy continuation on CPU and GPU).
+//
+// The CPU engine dequantizes the experts to fp32 and runs backend/cpu swiglu_expert; the GPU runs
+// engine/cuda exl3_experts: the same rounding points, the products through exl3_gemv (trellis
+// decoded in the kernel). The GPU-vs-CPU distance of one product is ~1e-6 relative (x in fp16
+// hi + lo, fp32 tensor-core sums; the kernel test bounds it by 1e-4), the order of the fp32 sums
+// elsewhere in the engines (gpu_vs_cpu_test), so in TRANSFORMERS numerics (fp32 activations) the
+// logits stay ~1e-6 apart unless a cache-QAT code flips, which moves them by ~1e-3: asserted,
+// as gpu_vs_cpu_test does for the V4.1 fixtures, every position within 5e-3 relative (||g - c||
+// / ||c||) and the same greedy tokens. In OFFICIAL numerics a bf16 or FP8 rounding boundary
+// amplifies those differences (one bf16 ulp is 0.4% of an element), so there is no tight bound
+// to promise on the logits (printed only); asserted: the same greedy tokens, which holds while
+// every step's top-1 / top-2 margin on the CPU (printed) exceeds twice the GPU's largest logit
+// difference. Finite logits in both.
+//
+// The prompt (48 tokens, 8 experts, 2 per token) gives some experts more than 16 rows, so the
+// prefill exercises exl3_gemv's 16-row chunks; the decode steps run one row a step.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "backend/cuda/device_info.h"
+#include "engine/engine.h"
+#include "quantized_model.h"
+
+namespace ds41rt {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct run_out {
+    std::vector<Tensor> logits;  // prefill [T, V], then one [1, V] per decode step
+    std::vector<int32_t> greedy;
+};
+
+int32_t argmax(const float *v, int64_t n) { return int32_t(std::max_element(v, v + n) - v); }
+
+double top2_margin(const float *v, int64_t n) {
+    float a = -INFINITY, b = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        if (v[i] > a) b = a, a = v[i];
+        else if (v[i] > b) b = v[i];
+    return double(a) - b;
+}
+
+void run(const fs::path &dir, engine::numerics mode, engine::backend_kind be, const std::vector<int32_t> &prompt,
+         int steps, run_out *r) {
+    engine::engine_options o;
+    o.mode = mode;
+    o.backend = be;
+    auto e = engine::engine::open(dir.string(), o);
+    ASSERT_TRUE(e) << e.status().to_string();
+    engine::seq_id s = (*e)->create_sequence();
+    std::vector<int32_t> tokens = prompt;
+    for (int step = 0; step <= steps; step++) {
+        std::vector<Tensor> out;
+        Status st = (*e)->step({{s, tokens}}, &out);
+        ASSERT_TRUE(st) << st.to_string();
+        const Tensor &l = out[0];
+        const int64_t V = l.dim(1);
+        tokens = {argmax(l.f() + (l.dim(0) - 1) * V, V)};
+        r->greedy.push_back(tokens[0]);
+        r->logits.push_back(l);
+    }
+}
+
+TEST(GpuExl3, GreedyContinuationEqualsTheCpuEngine) {
+    if (auto d = backend::cuda::query_device(0); !d) GTEST_SKIP() << d.status().to_string();
+    const fs::path dir = fs::temp_directory_path() / ("ds41rt_gpu_exl3_" + std::to_string(getpid()));
+    make_quantized_model(dir, "exl3");
+    if (HasFatalFailure()) return;
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 48; i++) prompt.push_back(int32_t((i * 97 + 13) % 512));
+    const int steps = 12;
+    for (auto mode : {engine::numerics::TRANSFORMERS, engine::numerics::OFFICIAL}) {
+        const bool official = mode == engine::numerics::OFFICIAL;
+        run_out cpu, gpu;
+        run(dir, mode, engine::backend_kind::CPU, prompt, steps, &cpu);
+        if (HasFatalFailure()) break;
+        run(dir, mode, engine::backend_kind::CUDA, prompt, steps, &gpu);
+        if (HasFatalFailure()) break;
+        ASSERT_EQ(cpu.logits.size(), gpu.logits.size());
+        // Per position: ||g - c|| / ||c||, and max |g - c| against the CPU's top-2 margin at the
+        // positions that pick a token (the prompt's last, every decode step), while the two
+        // continuations still agree (after a difference the inputs differ).
+        double worst_rel = 0, worst_abs_ratio = 0, min_margin = INFINITY;
+        size_t same = 0;
+        while (same < cpu.greedy.size() && cpu.greedy[same] == gpu.greedy[same]) same++;
+        for (size_t k = 0; k < cpu.logits.size() && k <= same; k++) {
+            const Tensor &c = cpu.logits[k], &g = gpu.logits[k];
+            ASSERT_EQ(c.numel(), g.numel());
+            const int64_t V = c.dim(1);
+            for (int64_t t = 0; t < c.dim(0); t++) {
+                const float *cp = c.f() + t * V, *gp = g.f() + t * V;
+                double num = 0, den = 0, mx = 0;
+                for (int64_t i = 0; i < V; i++) {
+                    ASSERT_TRUE(std::isfinite(gp[i])) << "step " << k << " position " << t << " logit " << i;
+                    const double d = double(gp[i]) - cp[i];
+                    num += d * d, den += double(cp[i]) * cp[i], mx = std::max(mx, std::fabs(d));
+                }
+                worst_rel = std::max(worst_rel, std::sqrt(num / den));
+                if (t == c.dim(0) - 1) {
+                    const double margin = top2_margin(cp, V);
+                    min_margin = std::min(min_margin, margin);
+                    worst_abs_ratio = std::max(worst_abs_ratio, mx / margin);
+                }
+            }
+        }
+        std::printf("[ gpu exl3 ] %s: logits max ||gpu - cpu|| / ||cpu|| = %.3g over %zu steps; smallest cpu top-2 "
+                    "margin %.3g, largest max|gpu - cpu| / margin %.3g; greedy identical for %zu/%zu tokens\n",
+                    official ? "official" : "transformers", worst_rel, std::min(same + 1, cpu.logits.size()),
+                    min_margin, worst_abs_ratio, same, cpu.greedy.size());
+        if (!official) {
+            EXPECT_LE(worst_rel, 5e-3);
+        }
+        EXPECT_EQ(cpu.greedy, gpu.greedy) << (official ? "official" : "transformers");
+    }
+    fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ds41rt
