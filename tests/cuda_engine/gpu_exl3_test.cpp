@@ -14,6 +14,13 @@
 // every step's top-1 / top-2 margin on the CPU (printed) exceeds twice the GPU's largest logit
 // difference. Finite logits in both.
 //
+// GpuExl3.RoutedSumMatchesTheCpu holds one layer's routed sum (engine/cuda exl3_experts) to
+// backend/cpu routed_expert_sum on the CPU engine's dequantized experts: TRANSFORMERS within
+// 1e-4 relative (the exl3_gemv kernel test's bound per product; expected ~1e-6), OFFICIAL within
+// 1e-2 (a product difference of ~1e-6 flips a bf16 rounding of gate / up / h in about one
+// element in 4000, each flip one bf16 ulp (0.4%) of that element, or rarely an FP8 code of h);
+// the output is NaN-poisoned first, and one expert gets 40 rows (three 16-row chunks).
+//
 // The prompt (48 tokens, 8 experts, 2 per token) gives some experts more than 16 rows, so the
 // prefill exercises exl3_gemv's 16-row chunks; the decode steps run one row a step.
 #include <gtest/gtest.h>
@@ -24,8 +31,16 @@
 #include <cmath>
 #include <filesystem>
 
+#include <cuda_runtime.h>
+
+#include <random>
+
+#include "backend/cpu/routed.h"
 #include "backend/cuda/device_info.h"
+#include "engine/cuda/device_model.h"
+#include "engine/cuda/exl3_experts.h"
 #include "engine/engine.h"
+#include "model/weights.h"
 #include "quantized_model.h"
 
 namespace ds41rt {
@@ -67,6 +82,91 @@ void run(const fs::path &dir, engine::numerics mode, engine::backend_kind be, co
         r->greedy.push_back(tokens[0]);
         r->logits.push_back(l);
     }
+}
+
+TEST(GpuExl3, RoutedSumMatchesTheCpu) {
+    if (auto d = backend::cuda::query_device(0); !d) GTEST_SKIP() << d.status().to_string();
+    const fs::path dir = fs::temp_directory_path() / ("ds41rt_gpu_exl3_layer_" + std::to_string(getpid()));
+    make_quantized_model(dir, "exl3");
+    if (HasFatalFailure()) return;
+    auto wr = model::weights::open(dir.string());
+    ASSERT_TRUE(wr) << wr.status().to_string();
+    std::shared_ptr<model::weights> w(std::move(wr.value()));
+    ASSERT_TRUE(w->check());
+    const model::model_config &c = w->config();
+    const int64_t D = c.dim, E = c.n_routed_experts, S = 40;
+    ASSERT_GE(E, 8);
+
+    // Rows: expert 3 on every row (40 rows: chunks of 16, 16, 8), the second route spread over
+    // the others; weights in (0.2, 2).
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::uniform_real_distribution<float> wd(0.2f, 2.0f);
+    std::vector<float> x(static_cast<size_t>(S * D));
+    for (float &v : x) v = nd(rng);
+    backend::cpu::route_table rt;
+    rt.offsets.push_back(0);
+    for (int64_t r = 0; r < S; r++) {
+        const uint32_t other = uint32_t(r % 7 >= 3 ? r % 7 + 1 : r % 7);
+        rt.routes.push_back({other, wd(rng)});
+        rt.routes.push_back({3, wd(rng)});
+        rt.offsets.push_back(uint32_t(rt.routes.size()));
+    }
+
+    for (bool official : {false, true}) {
+        auto mr = engine::gpu::device_model::make(w, official);
+        ASSERT_TRUE(mr) << mr.status().to_string();
+        engine::gpu::device_model &m = *mr.value();
+        std::vector<engine::gpu::exl3_expert> gx(static_cast<size_t>(E));
+        std::vector<backend::cpu::expert_weights> cx(static_cast<size_t>(E));
+        for (int64_t e = 0; e < E; e++) {
+            const std::string p = "layers.1.ffn.experts." + std::to_string(e) + ".";
+            const std::pair<const char *, std::pair<engine::gpu::device_model::exl3_dev *, Tensor *>> ws[] = {
+                {"w1.weight", {&gx[size_t(e)].w1, &cx[size_t(e)].w1}},
+                {"w2.weight", {&gx[size_t(e)].w2, &cx[size_t(e)].w2}},
+                {"w3.weight", {&gx[size_t(e)].w3, &cx[size_t(e)].w3}}};
+            for (auto &[n, dst] : ws) {
+                auto g = m.exl3(p + n);
+                ASSERT_TRUE(g) << g.status().to_string();
+                *dst.first = g.value();
+                auto t = w->f32(p + n);
+                ASSERT_TRUE(t) << t.status().to_string();
+                *dst.second = std::move(t.value());
+            }
+        }
+        backend::cpu::expert_numerics nm;
+        nm.official = official;
+        nm.act_block = c.fp8_block_in;
+        nm.swiglu_limit = c.swiglu_limit;
+        std::vector<float> ref(static_cast<size_t>(S * D));
+        ASSERT_TRUE(backend::cpu::routed_expert_sum(nm, cx, x.data(), D, rt, ref.data()));
+
+        auto xd = m.upload(x.data(), x.size() * sizeof(float));
+        ASSERT_TRUE(xd) << xd.status().to_string();
+        engine::gpu::dtemp acc = m.temp_f32(S * D);
+        ASSERT_EQ(cudaMemsetAsync(acc.as<void>(), 0xff, acc.bytes(), m.stream()), cudaSuccess);  // NaN
+        Status st = engine::gpu::exl3_routed_sum(m, gx, nm, static_cast<const float *>(xd.value()), D, rt, acc.f());
+        ASSERT_TRUE(st) << st.to_string();
+        std::vector<float> got = m.download_f32(acc.f(), S * D, &st);
+        ASSERT_TRUE(st) << st.to_string();
+        double num = 0, den = 0, mx = 0;
+        for (size_t i = 0; i < got.size(); i++) {
+            ASSERT_TRUE(std::isfinite(got[i])) << "element " << i;
+            const double d = double(got[i]) - ref[i];
+            num += d * d, den += double(ref[i]) * ref[i], mx = std::max(mx, std::fabs(d));
+        }
+        const double rel = std::sqrt(num / den);
+        std::printf("[ gpu exl3 ] layer routed sum, %s: ||gpu - cpu|| / ||cpu|| = %.3g, max |gpu - cpu| = %.3g\n",
+                    official ? "official" : "transformers", rel, mx);
+        EXPECT_LE(rel, official ? 1e-2 : 1e-4);
+
+        // A route to an expert not held here is refused, naming it.
+        gx[5].w1.trellis = nullptr;
+        st = engine::gpu::exl3_routed_sum(m, gx, nm, static_cast<const float *>(xd.value()), D, rt, acc.f());
+        EXPECT_FALSE(st);
+        EXPECT_NE(st.to_string().find("expert 5"), std::string::npos) << st.to_string();
+    }
+    fs::remove_all(dir);
 }
 
 TEST(GpuExl3, GreedyContinuationEqualsTheCpuEngine) {
