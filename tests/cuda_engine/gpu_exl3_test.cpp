@@ -4,15 +4,18 @@
 // The CPU engine dequantizes the experts to fp32 and runs backend/cpu swiglu_expert; the GPU runs
 // engine/cuda exl3_experts: the same rounding points, the products through exl3_gemv (trellis
 // decoded in the kernel). The GPU-vs-CPU distance of one product is ~1e-6 relative (x in fp16
-// hi + lo, fp32 tensor-core sums; the kernel test bounds it by 1e-4), the order of the fp32 sums
-// elsewhere in the engines (gpu_vs_cpu_test), so in TRANSFORMERS numerics (fp32 activations) the
+// hi + lo, fp32 tensor-core sums; the kernel test bounds it by 1e-4), like the fp32 summation
+// order elsewhere in the engines (gpu_vs_cpu_test), so in TRANSFORMERS numerics (fp32 activations) the
 // logits stay ~1e-6 apart unless a cache-QAT code flips, which moves them by ~1e-3: asserted,
 // as gpu_vs_cpu_test does for the V4.1 fixtures, every position within 5e-3 relative (||g - c||
 // / ||c||) and the same greedy tokens. In OFFICIAL numerics a bf16 or FP8 rounding boundary
 // amplifies those differences (one bf16 ulp is 0.4% of an element), so there is no tight bound
 // to promise on the logits (printed only); asserted: the same greedy tokens, which holds while
 // every step's top-1 / top-2 margin on the CPU (printed) exceeds twice the GPU's largest logit
-// difference. Finite logits in both.
+// difference. The prompt is one of ten tried on the CPU engine whose 13 picks all have margins
+// >= 0.065 (~2% of the largest |logit|, ~3.3) in both numerics (the first prompt tried had one of
+// 0.0034 in OFFICIAL, within reach of a few bf16 flips); the expected distance is far below that,
+// so the equal continuation is what the bounds imply, not luck. Finite logits in both.
 //
 // GpuExl3.RoutedSumMatchesTheCpu holds one layer's routed sum (engine/cuda exl3_experts) to
 // backend/cpu routed_expert_sum on the CPU engine's dequantized experts: TRANSFORMERS within
@@ -21,8 +24,9 @@
 // element in 4000, each flip one bf16 ulp (0.4%) of that element, or rarely an FP8 code of h);
 // the output is NaN-poisoned first, and one expert gets 40 rows (three 16-row chunks).
 //
-// The prompt (48 tokens, 8 experts, 2 per token) gives some experts more than 16 rows, so the
-// prefill exercises exl3_gemv's 16-row chunks; the decode steps run one row a step.
+// The engine test's prompt (48 tokens, 96 routes over 8 experts) likely gives some expert more
+// than 16 rows in some layer; the layer test makes sure of it (exl3_gemv's 16-row chunks). The
+// decode steps run one row a step.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -30,10 +34,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <random>
 
 #include <cuda_runtime.h>
-
-#include <random>
 
 #include "backend/cpu/routed.h"
 #include "backend/cuda/device_info.h"
@@ -175,7 +178,7 @@ TEST(GpuExl3, GreedyContinuationEqualsTheCpuEngine) {
     make_quantized_model(dir, "exl3");
     if (HasFatalFailure()) return;
     std::vector<int32_t> prompt;
-    for (int i = 0; i < 48; i++) prompt.push_back(int32_t((i * 97 + 13) % 512));
+    for (int i = 0; i < 48; i++) prompt.push_back(int32_t((i * 97 + 261) % 512));
     const int steps = 12;
     for (auto mode : {engine::numerics::TRANSFORMERS, engine::numerics::OFFICIAL}) {
         const bool official = mode == engine::numerics::OFFICIAL;
