@@ -168,6 +168,13 @@ TEST(GpuExl3, RoutedSumMatchesTheCpu) {
         st = engine::gpu::exl3_routed_sum(m, gx, nm, static_cast<const float *>(xd.value()), D, rt, acc.f());
         EXPECT_FALSE(st);
         EXPECT_NE(st.to_string().find("expert 5"), std::string::npos) << st.to_string();
+        // So is a row routed to one expert twice (its two outputs would race in one scatter).
+        backend::cpu::route_table twice;
+        twice.offsets = {0, 2};
+        twice.routes = {{2, 1.0f}, {2, 0.5f}};
+        st = engine::gpu::exl3_routed_sum(m, gx, nm, static_cast<const float *>(xd.value()), D, twice, acc.f());
+        EXPECT_FALSE(st);
+        EXPECT_NE(st.to_string().find("twice"), std::string::npos) << st.to_string();
     }
     fs::remove_all(dir);
 }

@@ -76,7 +76,11 @@ Status exl3_routed_sum(const device_model &m, const std::vector<exl3_expert> &ex
             if (int64_t(ro.expert) >= E || !experts[ro.expert].w1.trellis)
                 return Status::invalid_argument("EXL3 routed experts: row " + std::to_string(r) + " routes to expert " +
                                                 std::to_string(ro.expert) + ", which is not held here");
-            by_expert[ro.expert].push_back({int32_t(r), ro.weight});
+            auto &rows = by_expert[ro.expert];
+            if (!rows.empty() && rows.back().first == int32_t(r))  // a scatter's rows must be distinct
+                return Status::invalid_argument("EXL3 routed experts: row " + std::to_string(r) + " routes to expert " +
+                                                std::to_string(ro.expert) + " twice");
+            rows.push_back({int32_t(r), ro.weight});
         }
     std::vector<int32_t> idx;
     std::vector<float> wts;
@@ -111,7 +115,7 @@ Status exl3_routed_sum(const device_model &m, const std::vector<exl3_expert> &ex
     DS41RT_RETURN_IF_ERROR(cuda::gather_rows(x, idx_d->as<int32_t>(), R, D, xg.f(), st));
     if (off) DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp8_ue8m0(xg.f(), R, D, nm.act_block, st));
 
-    // The selected experts' w1 and w3 on their rows, 16 rows a matrix, one run.
+    // The selected experts' w1 and w3 on their rows, 16 rows a matrix, all in run_gemvs.
     auto chunks = [&](auto &&add) {
         for (int64_t e = 0; e < E; e++)
             for (int64_t r0 = first[size_t(e)]; r0 < first[size_t(e) + 1]; r0 += GEMV_ROWS)

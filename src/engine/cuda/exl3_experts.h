@@ -35,7 +35,8 @@ struct exl3_expert {
 // acc[S, D] (device, fp32, unrounded) = for each row of rt, the sum over its routes of the
 // expert's output on x[row] (device [S, D]), in increasing expert id. nm: the CPU engine's
 // numerics for routed experts (kind is not read: EXL3 experts are the routed class).
-// INVALID_ARGUMENT when a route names an expert not held or the shapes do not fit D.
+// INVALID_ARGUMENT when a route names an expert not held (or one expert twice for a row) or the
+// shapes do not fit D.
 // Synchronises nothing itself (the route table is already on the host).
 Status exl3_routed_sum(const device_model &m, const std::vector<exl3_expert> &experts,
                        const backend::cpu::expert_numerics &nm, const float *x, int64_t D,
