@@ -15,7 +15,8 @@
 // write device memory only (routed_decode; key_lists writes the picked entries into the attention
 // lists on the device), so a decode step synchronises once, for its logits. What still comes to
 // the host: TRANSFORMERS' index scores (torch's tie order has no GPU twin), prefill's routes
-// (MXFP4 prefill plans expert by expert on the host) and remote layers' rows.
+// (MXFP4 prefill plans expert by expert on the host), EXL3 layers' routes (exl3_experts plans on
+// the host at every size; those layers' MoE is not part of the graphs) and remote layers' rows.
 //
 // Decode steps of up to 16 rows replay CUDA graphs of their fixed-shape pieces (step_bufs.h,
 // step_graphs.h): per layer the attention site's mHC and projections, and the output projection,
@@ -47,6 +48,7 @@
 #include "backend/cuda/topk.cuh"
 #include "engine/cpu_engine.h"
 #include "engine/cuda/device_model.h"
+#include "engine/cuda/exl3_experts.h"
 #include "engine/cuda/key_lists.h"
 #include "engine/cuda/section_timer.h"
 #include "engine/cuda/routed_decode.h"
@@ -90,6 +92,7 @@ struct layer_dev {
     const float *gate_bias = nullptr;
     dlinear sw1, sw2, sw3;
     cuda::moe_layer moe;  // no experts when the layer is remote
+    std::vector<exl3_expert> exl3;  // EXL3 layers' routed experts (exl3_experts), by id
     bool remote = false;
 };
 
@@ -216,6 +219,22 @@ public:
             L.moe.act_block = official_ ? c_.fp8_block_in : 0;
             L.moe.swiglu_limit = c_.swiglu_limit;
             L.remote = size_t(l) < layout_.layer_ranks.size() && !layout_.layer_ranks[size_t(l)].empty();
+            if (!L.remote && c_.routed_quant == model::expert_quant::EXL3) {
+                // EXL3 (exllamav3 trellis): the stored tiles, decoded inside the GEMV.
+                L.exl3.resize(size_t(c_.n_routed_experts));
+                for (int e = 0; e < c_.n_routed_experts; e++) {
+                    const std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
+                    exl3_expert &x3 = L.exl3[size_t(e)];
+                    const std::pair<const char *, device_model::exl3_dev *> ws[] = {
+                        {"w1.weight", &x3.w1}, {"w2.weight", &x3.w2}, {"w3.weight", &x3.w3}};
+                    for (auto &[n, out] : ws) {
+                        auto r = m.exl3(ep + n);
+                        if (!r) return r.status();
+                        *out = r.value();
+                    }
+                }
+                continue;
+            }
             if (!L.remote && c_.routed_quant == model::expert_quant::NVFP4) {
                 // NVFP4 (ModelOpt W4A4): the bytes as published, the publication's numerics.
                 L.moe.nvfp4_experts.resize(size_t(c_.n_routed_experts));
@@ -684,8 +703,11 @@ private:
     }
 
     // Whether a layer's MoE runs without the host at S rows (so it can be part of a graph):
-    // local experts at decode sizes (routed_decode reads the routes on the device).
-    bool moe_on_device(const layer_dev &L, int64_t S) const { return !L.remote && S <= cuda::MOE_MAX_ROWS; }
+    // local experts at decode sizes (routed_decode reads the routes on the device); EXL3 layers
+    // plan on the host.
+    bool moe_on_device(const layer_dev &L, int64_t S) const {
+        return !L.remote && L.exl3.empty() && S <= cuda::MOE_MAX_ROWS;
+    }
 
     Status moe(const layer_dev &L, int layer, const float *x, int64_t S, float *out) const {
         const int64_t D = c_.dim, K = c_.n_activated_experts;
@@ -701,9 +723,18 @@ private:
         // Routed experts: longer MXFP4 inputs (prefill) expert by expert (routed_prefill, routes
         // planned on the host); decode sizes, and NVFP4 layers at any size, from the routes on the
         // device in chunks of 16 rows, each selected expert read once a chunk, summed per row in
-        // increasing expert id.
+        // increasing expert id. EXL3 layers: exl3_experts, from the routes on the host.
         dtemp acc = m_->temp_f32(S * D);
-        if (S > cuda::MOE_MAX_ROWS && L.moe.nvfp4_experts.empty()) {
+        if (!L.exl3.empty()) {  // EXL3: from the routes on the host at every size
+            auto rt = routes_to_host(ids, wts, S);
+            if (!rt) return rt.status();
+            backend::cpu::expert_numerics nm;
+            nm.official = official_;
+            nm.act_block = c_.fp8_block_in;
+            nm.swiglu_limit = c_.swiglu_limit;
+            nm.weight_after_w2 = L.moe.weight_after_w2;
+            DS41RT_RETURN_IF_ERROR(exl3_routed_sum(*m_, L.exl3, nm, x, D, rt.value(), acc.f()));
+        } else if (S > cuda::MOE_MAX_ROWS && L.moe.nvfp4_experts.empty()) {
             auto rt = routes_to_host(ids, wts, S);
             if (!rt) return rt.status();
             DS41RT_RETURN_IF_ERROR(routed_prefill(L, x, S, rt.value(), acc.f()));
