@@ -32,6 +32,29 @@ struct step_bucket {
     explicit step_bucket(cudaStream_t s) : graphs(s) {}
 };
 
+// The buffers one step runs with and how it runs its fixed-shape pieces: with a bucket, its fixed
+// buffers and graphs (captured once the bucket is warm); without, fresh buffers and eager pieces.
+class step_frame {
+public:
+    step_frame(const device_model &m, step_bucket *bk, int64_t S)
+        : bk_(bk), capture_(bk && bk->warm) {
+        if (!bk_) fresh_ = make_step_bufs(m, S);
+    }
+    const step_bufs &bufs() const { return bk_ ? bk_->b : fresh_; }
+    Status piece(size_t key, const std::function<Status()> &fn) {
+        return bk_ ? bk_->graphs.run(key, capture_, fn) : fn();
+    }
+    // Every piece of the step has run: the bucket's workspaces are sized, later steps capture.
+    void done() {
+        if (bk_) bk_->warm = true;
+    }
+
+private:
+    step_bucket *bk_;
+    step_bufs fresh_;
+    bool capture_;
+};
+
 // The buckets of one engine, by row count. A step of S rows gets S's bucket (made on first use)
 // or nullptr: graphs off, or more rows than a decode step (max_rows). A bucket whose graphs hold
 // a GEMV workspace since reallocated drops them and runs eagerly once more.

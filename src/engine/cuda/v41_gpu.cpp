@@ -806,15 +806,8 @@ private:
                 for (int64_t s = 0; s < B.n[i]; s++)
                     B.seq[i]->engram_history.push_back(hasher_.compressed(tokens[size_t(B.off[i] + s)]));
 
-        step_bucket *bk = bucket_for(S);
-        step_bufs fresh;
-        if (!bk) fresh = make_step_bufs(*m_, S);
-        const step_bufs &b = bk ? bk->b : fresh;
-        const bool capture = bk && bk->warm;
-        // A piece with fixed shapes: from its graph in a bucketed step, eagerly otherwise.
-        auto piece = [&](size_t key, const std::function<Status()> &fn) -> Status {
-            return bk ? bk->graphs.run(key, capture, fn) : fn();
-        };
+        step_frame frame(*m_, bucket_for(S), S);
+        const step_bufs &b = frame.bufs();
 
         begin("embed");
         std::vector<int64_t> pos(static_cast<size_t>(S));
@@ -839,7 +832,7 @@ private:
                 end();
             }
             // The attention site's mixes and collapse, and the projections.
-            DS41RT_RETURN_IF_ERROR(piece(size_t(2 * l), [&]() -> Status {
+            DS41RT_RETURN_IF_ERROR(frame.piece(size_t(2 * l), [&]() -> Status {
                 begin("mhc+norm");
                 DS41RT_RETURN_IF_ERROR(m_->hc_mixes(b.X.f(), S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, b.am));
                 DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(b.X.f(), b.pre_mix.f(), S, hc, D, official_, b.x.f(), st()));
@@ -868,9 +861,9 @@ private:
                 end();
                 return Status::ok();
             };
-            DS41RT_RETURN_IF_ERROR(moe_on_device(L, S) ? piece(size_t(2 * l + 1), ffn) : ffn());
+            DS41RT_RETURN_IF_ERROR(moe_on_device(L, S) ? frame.piece(size_t(2 * l + 1), ffn) : ffn());
         }
-        if (bk) bk->warm = true;
+        frame.done();
         begin("head");
         DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(b.X.f(), b.pre_mix.f(), S, hc, D, official_, b.x.f(), st()));
         DS41RT_RETURN_IF_ERROR(norm(b.x.f(), norm_, S, D));

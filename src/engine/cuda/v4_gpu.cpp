@@ -646,14 +646,8 @@ private:
         const auto issue0 = std::chrono::steady_clock::now();
         const int64_t S = B.rows, D = c_.dim, V = c_.vocab_size;
         const int hc = c_.hc_mult;
-        step_bucket *bk = bucket_for(S);
-        step_bufs fresh;
-        if (!bk) fresh = make_step_bufs(*m_, S);
-        const step_bufs &b = bk ? bk->b : fresh;
-        const bool capture = bk && bk->warm;
-        auto piece = [&](size_t key, const std::function<Status()> &fn) -> Status {
-            return bk ? bk->graphs.run(key, capture, fn) : fn();
-        };
+        step_frame frame(*m_, bucket_for(S), S);
+        const step_bufs &b = frame.bufs();
 
         begin("embed");
         std::vector<int64_t> pos(static_cast<size_t>(S));
@@ -668,7 +662,7 @@ private:
 
         for (int l = 0; l < c_.n_layers; l++) {
             const layer_dev &L = layers_[size_t(l)];
-            DS41RT_RETURN_IF_ERROR(piece(size_t(2 * l), [&]() -> Status {
+            DS41RT_RETURN_IF_ERROR(frame.piece(size_t(2 * l), [&]() -> Status {
                 begin("mhc+norm");
                 DS41RT_RETURN_IF_ERROR(m_->hc_mixes(b.X.f(), S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, b.am));
                 DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(b.X.f(), b.am.pre.f(), S, hc, D, official_, b.x.f(), st()));
@@ -693,9 +687,9 @@ private:
                 end();
                 return Status::ok();
             };
-            DS41RT_RETURN_IF_ERROR(moe_on_device(L, S) ? piece(size_t(2 * l + 1), ffn) : ffn());
+            DS41RT_RETURN_IF_ERROR(moe_on_device(L, S) ? frame.piece(size_t(2 * l + 1), ffn) : ffn());
         }
-        if (bk) bk->warm = true;
+        frame.done();
         begin("head");
         DS41RT_RETURN_IF_ERROR(hc_head(b.X.f(), S, b.x.f()));
         DS41RT_RETURN_IF_ERROR(norm(b.x.f(), norm_, S, D));
