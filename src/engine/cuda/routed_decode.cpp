@@ -29,13 +29,14 @@ Status routed_decode::run(const device_model &m, int layer, const cuda::moe_laye
             it = plans_.emplace(std::make_pair(layer, B), std::move(p.value())).first;
         }
         const cuda::moe_routed_plan &plan = it->second;
-        if (w.mem.bytes() < plan.workspace_bytes) {
-            w.mem = m.temp(plan.workspace_bytes);
-            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w.mem.as<void>(), 0, plan.workspace_bytes, m.stream()));
-        }
+        // One workspace per row count, never reallocated once used (graphs hold its address).
         if (w.plan && w.plan->workspace_bytes != plan.workspace_bytes)
             return Status::internal("layer " + std::to_string(layer) + ": routed-expert workspace layout differs "
                                     "from another layer's at " + std::to_string(B) + " rows");
+        if (!w.mem.bytes()) {
+            w.mem = m.temp(plan.workspace_bytes);
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w.mem.as<void>(), 0, plan.workspace_bytes, m.stream()));
+        }
         w.plan = &plan;
         DS41RT_RETURN_IF_ERROR(cuda::run_moe_routed(plan, x + r0 * D, ids + r0 * K, wts + r0 * K, acc + r0 * D,
                                                     w.mem.as<void>(), m.stream()));
