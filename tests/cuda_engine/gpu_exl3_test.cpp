@@ -43,6 +43,7 @@
 #include "engine/cuda/device_model.h"
 #include "engine/cuda/exl3_experts.h"
 #include "engine/engine.h"
+#include "model/synth.h"
 #include "model/weights.h"
 #include "quantized_model.h"
 
@@ -179,12 +180,75 @@ TEST(GpuExl3, RoutedSumMatchesTheCpu) {
     fs::remove_all(dir);
 }
 
+// The same comparison on synthesized official models (MXFP4 experts) at the EXL3 model's widths
+// (dim 128, moe_inter 384), the NVFP4 model's (64, 96) and the mixes: separates an EXL3 wiring
+// fault from one of the GPU engine at some width.
+// TRANSFORMERS within 5e-3 (the bound gpu_vs_cpu_test gives the QAT fixtures), and the same greedy
+// tokens in both numerics.
+// DISABLED: measured once on the H200 (2026-11-30, commit after 8dded07) at dim 128 / moe_inter
+// 384 only: logits 1.46 (TRANSFORMERS) / 1.43 (OFFICIAL) apart from the CPU engine, greedy 7/13
+// and 9/13. So the GPU engine is wrong for this plain official model too, and the EXL3 mismatch
+// below is not EXL3's: a GPU-engine bug at some width the fixtures (dim 64 / 128 with smaller
+// expert widths) do not reach. The other three width pairs were not run (the device time ran
+// out); they bisect which width it is. Run with --gtest_also_run_disabled_tests.
+class GpuWidths : public ::testing::TestWithParam<std::pair<int, int>> {};
+
+TEST_P(GpuWidths, DISABLED_SynthesizedOfficialModelMatchesTheCpuEngine) {
+    if (auto d = backend::cuda::query_device(0); !d) GTEST_SKIP() << d.status().to_string();
+    const fs::path dir = fs::temp_directory_path() / ("ds41rt_gpu_w_" + std::to_string(getpid()));
+    model::synth_options o;
+    o.seed = 3;
+    o.vocab_size = 512;
+    o.engram_vocab_size = 50;
+    o.mtp = false;
+    o.dim = GetParam().first;
+    o.moe_intermediate = GetParam().second;
+    ASSERT_TRUE(model::synthesize(dir.string(), o));
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 48; i++) prompt.push_back(int32_t((i * 97 + 261) % 512));
+    for (auto mode : {engine::numerics::TRANSFORMERS, engine::numerics::OFFICIAL}) {
+        run_out cpu, gpu;
+        run(dir, mode, engine::backend_kind::CPU, prompt, 12, &cpu);
+        if (HasFatalFailure()) break;
+        run(dir, mode, engine::backend_kind::CUDA, prompt, 12, &gpu);
+        if (HasFatalFailure()) break;
+        double worst = 0;
+        for (size_t k = 0; k < std::min(cpu.logits.size(), gpu.logits.size()); k++) {
+            const Tensor &c = cpu.logits[k], &g = gpu.logits[k];
+            double num = 0, den = 0;
+            for (int64_t i = 0; i < c.numel(); i++) {
+                const double d = double(g.f()[i]) - c.f()[i];
+                num += d * d, den += double(c.f()[i]) * c.f()[i];
+            }
+            worst = std::max(worst, std::sqrt(num / den));
+        }
+        size_t same = 0;
+        while (same < cpu.greedy.size() && cpu.greedy[same] == gpu.greedy[same]) same++;
+        const bool official = mode == engine::numerics::OFFICIAL;
+        std::printf("[ gpu widths ] dim %d moe_inter %d %s: logits max ||gpu - cpu|| / ||cpu|| = %.3g; greedy identical "
+                    "for %zu/%zu\n",
+                    GetParam().first, GetParam().second, official ? "official" : "transformers", worst, same,
+                    cpu.greedy.size());
+        if (!official) {
+            EXPECT_LE(worst, 5e-3);
+        }
+        EXPECT_EQ(cpu.greedy, gpu.greedy);
+    }
+    fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Synth, GpuWidths,
+                         ::testing::Values(std::make_pair(64, 96), std::make_pair(128, 96), std::make_pair(64, 384),
+                                           std::make_pair(128, 384)),
+                         [](const ::testing::TestParamInfo<std::pair<int, int>> &i) {
+                             return "dim" + std::to_string(i.param.first) + "_inter" + std::to_string(i.param.second);
+                         });
+
 // DISABLED: its first H200 run (2026-11-30, commit 5ec4ac5) failed: the layer's routed sum above
 // matches the CPU (1.2e-6 TRANSFORMERS, 1.1e-7 OFFICIAL), but the whole tiny model's logits are
-// 0.40 (TRANSFORMERS) / 0.60 (OFFICIAL) apart from the CPU engine's, greedy 13/13 and 5/13. A
-// difference that large is a wiring bug, not rounding: somewhere outside exl3_routed_sum the GPU
-// engine treats this model (dim 128, moe_inter 384, EXL3 experts, BF16 shared experts) otherwise
-// than the CPU engine. Not found yet (issue 6); run it with --gtest_also_run_disabled_tests.
+// 0.40 (TRANSFORMERS) / 0.60 (OFFICIAL) apart from the CPU engine's, greedy 13/13 and 5/13. The
+// same model with official MXFP4 experts is further off (GpuWidths above), so the fault is the
+// GPU engine's at these widths, not EXL3's. Run with --gtest_also_run_disabled_tests.
 TEST(GpuExl3, DISABLED_GreedyContinuationEqualsTheCpuEngine) {
     if (auto d = backend::cuda::query_device(0); !d) GTEST_SKIP() << d.status().to_string();
     const fs::path dir = fs::temp_directory_path() / ("ds41rt_gpu_exl3_" + std::to_string(getpid()));
