@@ -467,13 +467,6 @@ Status device_model::hc_mixes(const float *X, int64_t S, const float *fn, const 
                                    out.post.f(), out.comb.f(), stream_);
 }
 
-Result<hc_mix_dev> device_model::hc_mixes(const float *X, int64_t S, const float *fn, const float *scale,
-                                          const float *base) const {
-    hc_mix_dev mx = hc_mix_buffers(S);
-    DS41RT_RETURN_IF_ERROR(hc_mixes(X, S, fn, scale, base, mx));
-    return mx;
-}
-
 Status device_model::grouped_output(const dlinear &wo_a, const dlinear &wo_b, const float *o, int64_t S,
                                     int64_t heads_width, int64_t G, int64_t R, float *out) const {
     const int64_t gin = heads_width / G;

@@ -153,9 +153,7 @@ public:
     // Appends n rows of src (device) to r.
     Status append(dev_rows &r, const float *src, int64_t n) const;
     // One mHC site's mixes from the streams X [S, hc, dim] (engine/mhc.h; OFFICIAL folds the RMS in
-    // after the projection, as the reference does).
-    Result<hc_mix_dev> hc_mixes(const float *X, int64_t S, const float *fn, const float *scale, const float *base) const;
-    // The same into buffers of hc_mix_buffers(S) (a captured step's fixed buffers).
+    // after the projection, as the reference does), into buffers of hc_mix_buffers(S).
     Status hc_mixes(const float *X, int64_t S, const float *fn, const float *scale, const float *base,
                     const hc_mix_dev &out) const;
     hc_mix_dev hc_mix_buffers(int64_t S) const;
