@@ -48,6 +48,7 @@
 #include "engine/cuda/section_timer.h"
 #include "engine/cuda/routed_decode.h"
 #include "engine/cuda/step_bufs.h"
+#include "engine/cuda/step_rows.h"
 #include "engine/rope.h"
 #include "engine/topk.h"
 #include "engine/v4_steps.h"
@@ -108,14 +109,7 @@ struct seq_picks {
     int k = 0;
 };
 
-
-// The rows of one step: the new tokens of several sequences, concatenated (as in v41_gpu).
-struct step_rows {
-    std::vector<seq_dev *> seq;
-    std::vector<int64_t> off, n, p0;  // per sequence
-    int64_t rows = 0;
-    const int64_t *pos_d = nullptr;  // [rows] device positions
-};
+using step_rows = gpu::step_rows<seq_dev>;
 
 class v4_gpu final : public cpu_engine<seq_dev> {
 public:
@@ -603,38 +597,15 @@ public:
     Status step(const std::vector<step_input> &inputs, std::vector<Tensor> *logits) override {
         logits->clear();
         DS41RT_RETURN_IF_ERROR(check_inputs(inputs));
-        step_rows B;
-        for (const auto &in : inputs) {
-            seq_dev *sq = &state_of(in.seq);
-            if (std::find(B.seq.begin(), B.seq.end(), sq) != B.seq.end())
-                return Status::invalid_argument("sequence " + std::to_string(in.seq) + " appears twice in one step");
-            B.seq.push_back(sq);
-            B.off.push_back(B.rows);
-            B.n.push_back(int64_t(in.tokens.size()));
-            B.p0.push_back(sq->len);
-            B.rows += int64_t(in.tokens.size());
-        }
-        std::vector<int32_t> tokens;
-        for (const auto &in : inputs) tokens.insert(tokens.end(), in.tokens.begin(), in.tokens.end());
-        Tensor all = Tensor::f32({B.rows, c_.vocab_size});
-        DS41RT_RETURN_IF_ERROR(forward_rows(B, tokens, all.f()));
-        for (size_t i = 0; i < inputs.size(); i++) {
-            Tensor out = Tensor::f32({B.n[i], c_.vocab_size});
-            std::copy(all.f() + B.off[i] * c_.vocab_size, all.f() + (B.off[i] + B.n[i]) * c_.vocab_size, out.f());
-            logits->push_back(std::move(out));
-        }
-        return Status::ok();
+        return batched_step<seq_dev>(
+            inputs, c_.vocab_size, [&](seq_id s) -> seq_dev & { return state_of(s); },
+            [&](step_rows &B, const std::vector<int32_t> &t, float *l) { return forward_rows(B, t, l); }, logits);
     }
 
 private:
     // One sequence alone (cpu_engine's interface; step() above batches instead).
     Status forward(seq_dev &sq, const std::vector<int32_t> &tokens, float *logits) const override {
-        step_rows B;
-        B.seq = {&sq};
-        B.off = {0};
-        B.n = {int64_t(tokens.size())};
-        B.p0 = {sq.len};
-        B.rows = int64_t(tokens.size());
+        step_rows B = single_rows(sq, int64_t(tokens.size()));
         return forward_rows(B, tokens, logits);
     }
 
@@ -650,9 +621,7 @@ private:
         const step_bufs &b = frame.bufs();
 
         begin("embed");
-        std::vector<int64_t> pos(static_cast<size_t>(S));
-        for (size_t i = 0; i < B.seq.size(); i++)
-            for (int64_t s = 0; s < B.n[i]; s++) pos[size_t(B.off[i] + s)] = B.p0[i] + s;
+        const std::vector<int64_t> pos = B.positions();
         DS41RT_RETURN_IF_ERROR(m_->to_device(b.pos.as<void>(), pos.data(), pos.size() * sizeof(int64_t)));
         DS41RT_RETURN_IF_ERROR(m_->to_device(b.ids.as<void>(), tokens.data(), tokens.size() * sizeof(int32_t)));
         B.pos_d = b.pos.as<int64_t>();

@@ -1,0 +1,74 @@
+// The rows of one GPU step, shared by the V4.1 and V4 forward passes: the new tokens of several
+// sequences concatenated. Row-wise ops run over all rows at once; the steps that read or write a
+// sequence's own state walk the sequences, each over its rows [off, off + n).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "engine/engine.h"
+
+namespace ds41rt::engine::gpu {
+
+template <class Seq>
+struct step_rows {
+    std::vector<Seq *> seq;
+    std::vector<int64_t> off, n, p0;  // per sequence
+    int64_t rows = 0;
+    const int64_t *pos_d = nullptr;  // [rows] device positions
+
+    // Each row's position in its sequence.
+    std::vector<int64_t> positions() const {
+        std::vector<int64_t> pos(static_cast<size_t>(rows));
+        for (size_t i = 0; i < seq.size(); i++)
+            for (int64_t s = 0; s < n[i]; s++) pos[size_t(off[i] + s)] = p0[i] + s;
+        return pos;
+    }
+};
+
+// n new tokens of one sequence (cpu_engine's one-sequence forward).
+template <class Seq>
+step_rows<Seq> single_rows(Seq &sq, int64_t n) {
+    step_rows<Seq> B;
+    B.seq = {&sq};
+    B.off = {0};
+    B.n = {n};
+    B.p0 = {sq.len};
+    B.rows = n;
+    return B;
+}
+
+// engine::step for the GPU passes: every input's tokens as one set of rows through
+// forward_rows(rows, tokens, logits [rows, vocab]), the logits split back per input.
+// state_of(seq_id) -> Seq&; a sequence may appear once.
+template <class Seq, class StateOf, class Forward>
+Status batched_step(const std::vector<step_input> &inputs, int64_t vocab, StateOf &&state_of, Forward &&forward_rows,
+                    std::vector<Tensor> *logits) {
+    step_rows<Seq> B;
+    std::vector<int32_t> tokens;
+    for (const auto &in : inputs) {
+        Seq *sq = &state_of(in.seq);
+        if (std::find(B.seq.begin(), B.seq.end(), sq) != B.seq.end())
+            return Status::invalid_argument("sequence " + std::to_string(in.seq) + " appears twice in one step");
+        B.seq.push_back(sq);
+        B.off.push_back(B.rows);
+        B.n.push_back(int64_t(in.tokens.size()));
+        B.p0.push_back(sq->len);
+        B.rows += int64_t(in.tokens.size());
+        tokens.insert(tokens.end(), in.tokens.begin(), in.tokens.end());
+    }
+    Tensor all = Tensor::f32({B.rows, vocab});
+    DS41RT_RETURN_IF_ERROR(forward_rows(B, tokens, all.f()));
+    for (size_t i = 0; i < inputs.size(); i++) {
+        Tensor out = Tensor::f32({B.n[i], vocab});
+        std::copy(all.f() + B.off[i] * vocab, all.f() + (B.off[i] + B.n[i]) * vocab, out.f());
+        logits->push_back(std::move(out));
+    }
+    return Status::ok();
+}
+
+}  // namespace ds41rt::engine::gpu
