@@ -142,6 +142,20 @@ TEST_F(CudaGemv, mxfp4_expert_shapes) {
     run(true, 3, 999, 1088, 32);       // ragged
 }
 
+// The synthesized EXL3 model's widths (dim 128, moe_inter 384): K = 128 is half an MXFP4 stage and
+// K = 384 one and a half; eight experts' products in one launch, as the MoE runs them.
+TEST_F(CudaGemv, synth_wide_shapes) {
+    for (int act : {0, 32})
+        for (int M : {1, 5, 16}) {
+            run_batch({{false, M, 384, 128, 32, act}, {false, M, 384, 128, 32, act}});  // shared w1 + w3
+            run_batch({{false, M, 128, 384, 32, act}});                                // shared w2
+            std::vector<spec> w13, w2;
+            for (int e = 0; e < 8; e++) w13.push_back({true, M, 384, 128, 32, act}), w2.push_back({true, M, 128, 384, 32, act});
+            run_batch(w13);
+            run_batch(w2);
+        }
+}
+
 // Official numerics: x quantized to E4M3 per 32 (V4.1) or 128 (V4) channels first, the tensor
 // cores take the FP8 weight bytes as stored and MXFP4 as E4M3 codes.
 TEST_F(CudaGemv, official_numerics_fp8_activations) {

@@ -243,7 +243,7 @@ size_t bit_diff(const std::vector<float> &a, const std::vector<float> &b) {
     return n + std::max(a.size(), b.size()) - std::min(a.size(), b.size());
 }
 
-std::unique_ptr<layer_set> g_v41, g_v41_nvfp4, g_small, g_small_nvfp4;
+std::unique_ptr<layer_set> g_v41, g_v41_nvfp4, g_small, g_small_nvfp4, g_wide;
 
 class MoeRouted : public ::testing::Test {
 protected:
@@ -253,8 +253,11 @@ protected:
         g_v41_nvfp4.reset(make_nvfp4(5120, 2304, 384, 8, 100));
         g_small.reset(make_mxfp4(64, 32, 8, 8, 200));
         g_small_nvfp4.reset(make_nvfp4(64, 32, 8, 8, 300));
+        g_wide.reset(make_mxfp4(128, 384, 8, 8, 400));
     }
-    static void TearDownTestSuite() { g_v41.reset(), g_v41_nvfp4.reset(), g_small.reset(), g_small_nvfp4.reset(); }
+    static void TearDownTestSuite() {
+        g_v41.reset(), g_v41_nvfp4.reset(), g_small.reset(), g_small_nvfp4.reset(), g_wide.reset();
+    }
     void SetUp() override {
         auto d = cuda::query_device();
         if (!d) GTEST_SKIP() << d.status().to_string();
@@ -397,6 +400,13 @@ TEST_F(MoeRouted, fixture_shapes_match_moe_decode_and_cpu) {
             check_case(*g_small, false, 32, B, 2, 2.0f, after, uint32_t(B * 7 + after + 100));
             check_case(*g_small_nvfp4, true, 0, B, 2, 2.0f, after, uint32_t(B * 7 + after + 200));
         }
+}
+
+// The synthesized EXL3 model's widths (dim 128, moe_inter 384: w1 / w3 K = 128 is half an MXFP4
+// stage, w2 K = 384 one and a half, with the scales in the ring).
+TEST_F(MoeRouted, synth_wide_shapes_match_moe_decode_and_cpu) {
+    for (int B : {1, 4, 16})
+        for (int act : {0, 32}) check_case(*g_wide, false, act, B, 2, 2.0f, false, uint32_t(B * 5 + act + 500));
 }
 
 // V4 Flash's routed experts (256, MXFP4 w1 / w3 [2048, 4096], w2 [4096, 2048]; official

@@ -1,21 +1,14 @@
 // A tiny V4.1 model with EXL3 (exllamav3 K = 2 MCG trellis) routed experts on the GPU engine
-// against the CPU engine (issue 6: the same greedy continuation on CPU and GPU).
+// against the CPU engine (issue 6: the same greedy continuation on CPU and GPU), and the same
+// model with its official MXFP4 experts (the GPU engine at the EXL3 model's widths).
 //
 // The CPU engine dequantizes the experts to fp32 and runs backend/cpu swiglu_expert; the GPU runs
 // engine/cuda exl3_experts: the same rounding points, the products through exl3_gemv (trellis
 // decoded in the kernel). The GPU-vs-CPU distance of one product is ~1e-6 relative (x in fp16
 // hi + lo, fp32 tensor-core sums; the kernel test bounds it by 1e-4), like the fp32 summation
-// order elsewhere in the engines (gpu_vs_cpu_test), so in TRANSFORMERS numerics (fp32 activations) the
-// logits stay ~1e-6 apart unless a cache-QAT code flips, which moves them by ~1e-3: asserted,
-// as gpu_vs_cpu_test does for the V4.1 fixtures, every position within 5e-3 relative (||g - c||
-// / ||c||) and the same greedy tokens. In OFFICIAL numerics a bf16 or FP8 rounding boundary
-// amplifies those differences (one bf16 ulp is 0.4% of an element), so there is no tight bound
-// to promise on the logits (printed only); asserted: the same greedy tokens, which holds while
-// every step's top-1 / top-2 margin on the CPU (printed) exceeds twice the GPU's largest logit
-// difference. The prompt is one of ten tried on the CPU engine whose 13 picks all have margins
-// >= 0.065 (~2% of the largest |logit|, ~3.3) in both numerics (the first prompt tried had one of
-// 0.0034 in OFFICIAL, within reach of a few bf16 flips); the expected distance is far below that,
-// so the equal continuation is what the bounds imply, not luck. Finite logits in both.
+// order elsewhere in the engines (gpu_vs_cpu_test), so in TRANSFORMERS numerics (fp32
+// activations) the logits stay ~1e-6 apart unless a cache-QAT code flips (~1e-3) or a routing or
+// indexer pick flips (O(1); the prompts below are chosen so none is within reach).
 //
 // GpuExl3.RoutedSumMatchesTheCpu holds one layer's routed sum (engine/cuda exl3_experts) to
 // backend/cpu routed_expert_sum on the CPU engine's dequantized experts: TRANSFORMERS within
@@ -24,7 +17,7 @@
 // element in 4000, each flip one bf16 ulp (0.4%) of that element, or rarely an FP8 code of h);
 // the output is NaN-poisoned first, and one expert gets 40 rows (three 16-row chunks).
 //
-// The engine test's prompt (48 tokens, 96 routes over 8 experts) likely gives some expert more
+// The engine tests' prompt (48 tokens, 96 routes over 8 experts) likely gives some expert more
 // than 16 rows in some layer; the layer test makes sure of it (exl3_gemv's 16-row chunks). The
 // decode steps run one row a step.
 #include <gtest/gtest.h>
@@ -58,14 +51,6 @@ struct run_out {
 };
 
 int32_t argmax(const float *v, int64_t n) { return int32_t(std::max_element(v, v + n) - v); }
-
-double top2_margin(const float *v, int64_t n) {
-    float a = -INFINITY, b = -INFINITY;
-    for (int64_t i = 0; i < n; i++)
-        if (v[i] > a) b = a, a = v[i];
-        else if (v[i] > b) b = v[i];
-    return double(a) - b;
-}
 
 void run(const fs::path &dir, engine::numerics mode, engine::backend_kind be, const std::vector<int32_t> &prompt,
          int steps, run_out *r) {
@@ -180,126 +165,97 @@ TEST(GpuExl3, RoutedSumMatchesTheCpu) {
     fs::remove_all(dir);
 }
 
-// The same comparison on synthesized official models (MXFP4 experts) at the EXL3 model's widths
-// (dim 128, moe_inter 384), the NVFP4 model's (64, 96) and the mixes: separates an EXL3 wiring
-// fault from one of the GPU engine at some width.
-// TRANSFORMERS within 5e-3 (the bound gpu_vs_cpu_test gives the QAT fixtures), and the same greedy
-// tokens in both numerics.
-// DISABLED: measured once on the H200 (2026-11-30, commit after 8dded07) at dim 128 / moe_inter
-// 384 only: logits 1.46 (TRANSFORMERS) / 1.43 (OFFICIAL) apart from the CPU engine, greedy 7/13
-// and 9/13. So the GPU engine is wrong for this plain official model too, and the EXL3 mismatch
-// below is not EXL3's: a GPU-engine bug at some width the fixtures (dim 64 / 128 with smaller
-// expert widths) do not reach. The other three width pairs were not run (the device time ran
-// out); they bisect which width it is. Run with --gtest_also_run_disabled_tests.
-class GpuWidths : public ::testing::TestWithParam<std::pair<int, int>> {};
+// The prompt of the whole-model tests. A tiny random model is close to a tie somewhere: its
+// router picks 2 of 8 experts per token and layer, its indexer 4 keys, and a pick within fp32
+// noise of the next candidate flips between engines whose sums differ by ~1e-6, moving the
+// logits by O(1) from there on. The first prompt used ((i * 97 + 261) % 512) had a router margin
+// of 5.4e-5 (second vs third biased score) at prompt row 46 of the dim 128 / moe_inter 384
+// model; the GPU engine diverged there (logits 0.46 apart, greedy 7/13), and so did the CPU
+// engine alone with its gate logits perturbed by 1e-5 relative (greedy 7/13 again): the model's
+// conditioning, not the GPU engine. This prompt (Python random.Random(2), 48 x randrange(3, 510))
+// is one of three among 40 whose TRANSFORMERS continuation on the CPU engine stays the same, for
+// the EXL3 model and for the official model, when the gate logits are perturbed by +-1e-5,
+// +-1e-4 and 3e-4 relative (a debug hook in engine/v41_steps route(), not kept); its smallest
+// router margin on the official model is 5.8e-4 and its indexer top-k margin 1e-3.
+// OFFICIAL numerics have no such prompt: every bf16 / FP8 rounding point turns a 1e-7 difference
+// into a 0.4% one now and then (a 1e-5 gate perturbation changes the CPU's own OFFICIAL
+// continuation at its third token), so OFFICIAL is reported, not asserted, as gpu_vs_cpu_test
+// does for the QAT fixtures, apart from finite logits. Not yet explained (H200, 2026-11-30): with
+// this prompt both models' OFFICIAL prefill logits match the CPU's to 5e-8 up to position 44 and
+// are 0.11 apart from position 45 on (0.97 for the EXL3 model); the indexer's device selections
+// are not the cause (the host's top-k gives the same), and the old prompt matched to 5e-8 at
+// every prefill position.
+const std::vector<int32_t> PROMPT = {492, 444, 488, 437, 31,  49,  46,  187, 430, 89,  379, 417, 345, 440, 160, 131,
+                                     313, 111, 313, 21,  300, 351, 84,  223, 329, 204, 414, 373, 443, 263, 489, 193,
+                                     281, 482, 230, 260, 140, 464, 21,  448, 17,  189, 241, 480, 166, 467, 197, 219};
 
-TEST_P(GpuWidths, DISABLED_SynthesizedOfficialModelMatchesTheCpuEngine) {
-    if (auto d = backend::cuda::query_device(0); !d) GTEST_SKIP() << d.status().to_string();
-    const fs::path dir = fs::temp_directory_path() / ("ds41rt_gpu_w_" + std::to_string(getpid()));
-    model::synth_options o;
-    o.seed = 3;
-    o.vocab_size = 512;
-    o.engram_vocab_size = 50;
-    o.mtp = false;
-    o.dim = GetParam().first;
-    o.moe_intermediate = GetParam().second;
-    ASSERT_TRUE(model::synthesize(dir.string(), o));
-    std::vector<int32_t> prompt;
-    for (int i = 0; i < 48; i++) prompt.push_back(int32_t((i * 97 + 261) % 512));
+// The model in dir on the CPU and the GPU engine, both numerics, 12 decode steps after the
+// prompt. TRANSFORMERS: every position within 5e-3 relative (the bound gpu_vs_cpu_test gives the
+// QAT fixtures: a cache-QAT code flip moves logits by ~1e-3) and the same greedy tokens. OFFICIAL:
+// printed; finite logits asserted.
+void expect_gpu_matches_cpu(const fs::path &dir, const std::vector<int32_t> &prompt, const char *what) {
     for (auto mode : {engine::numerics::TRANSFORMERS, engine::numerics::OFFICIAL}) {
+        const bool official = mode == engine::numerics::OFFICIAL;
         run_out cpu, gpu;
         run(dir, mode, engine::backend_kind::CPU, prompt, 12, &cpu);
-        if (HasFatalFailure()) break;
+        if (::testing::Test::HasFatalFailure()) return;
         run(dir, mode, engine::backend_kind::CUDA, prompt, 12, &gpu);
-        if (HasFatalFailure()) break;
-        double worst = 0;
-        for (size_t k = 0; k < std::min(cpu.logits.size(), gpu.logits.size()); k++) {
-            const Tensor &c = cpu.logits[k], &g = gpu.logits[k];
-            double num = 0, den = 0;
-            for (int64_t i = 0; i < c.numel(); i++) {
-                const double d = double(g.f()[i]) - c.f()[i];
-                num += d * d, den += double(c.f()[i]) * c.f()[i];
-            }
-            worst = std::max(worst, std::sqrt(num / den));
-        }
-        size_t same = 0;
-        while (same < cpu.greedy.size() && cpu.greedy[same] == gpu.greedy[same]) same++;
-        const bool official = mode == engine::numerics::OFFICIAL;
-        std::printf("[ gpu widths ] dim %d moe_inter %d %s: logits max ||gpu - cpu|| / ||cpu|| = %.3g; greedy identical "
-                    "for %zu/%zu\n",
-                    GetParam().first, GetParam().second, official ? "official" : "transformers", worst, same,
-                    cpu.greedy.size());
-        if (!official) {
-            EXPECT_LE(worst, 5e-3);
-        }
-        EXPECT_EQ(cpu.greedy, gpu.greedy);
-    }
-    fs::remove_all(dir);
-}
-
-INSTANTIATE_TEST_SUITE_P(Synth, GpuWidths,
-                         ::testing::Values(std::make_pair(64, 96), std::make_pair(128, 96), std::make_pair(64, 384),
-                                           std::make_pair(128, 384)),
-                         [](const ::testing::TestParamInfo<std::pair<int, int>> &i) {
-                             return "dim" + std::to_string(i.param.first) + "_inter" + std::to_string(i.param.second);
-                         });
-
-// DISABLED: its first H200 run (2026-11-30, commit 5ec4ac5) failed: the layer's routed sum above
-// matches the CPU (1.2e-6 TRANSFORMERS, 1.1e-7 OFFICIAL), but the whole tiny model's logits are
-// 0.40 (TRANSFORMERS) / 0.60 (OFFICIAL) apart from the CPU engine's, greedy 13/13 and 5/13. The
-// same model with official MXFP4 experts is further off (GpuWidths above), so the fault is the
-// GPU engine's at these widths, not EXL3's. Run with --gtest_also_run_disabled_tests.
-TEST(GpuExl3, DISABLED_GreedyContinuationEqualsTheCpuEngine) {
-    if (auto d = backend::cuda::query_device(0); !d) GTEST_SKIP() << d.status().to_string();
-    const fs::path dir = fs::temp_directory_path() / ("ds41rt_gpu_exl3_" + std::to_string(getpid()));
-    make_quantized_model(dir, "exl3");
-    if (HasFatalFailure()) return;
-    std::vector<int32_t> prompt;
-    for (int i = 0; i < 48; i++) prompt.push_back(int32_t((i * 97 + 261) % 512));
-    const int steps = 12;
-    for (auto mode : {engine::numerics::TRANSFORMERS, engine::numerics::OFFICIAL}) {
-        const bool official = mode == engine::numerics::OFFICIAL;
-        run_out cpu, gpu;
-        run(dir, mode, engine::backend_kind::CPU, prompt, steps, &cpu);
-        if (HasFatalFailure()) break;
-        run(dir, mode, engine::backend_kind::CUDA, prompt, steps, &gpu);
-        if (HasFatalFailure()) break;
+        if (::testing::Test::HasFatalFailure()) return;
         ASSERT_EQ(cpu.logits.size(), gpu.logits.size());
-        // Per position: ||g - c|| / ||c||, and max |g - c| against the CPU's top-2 margin at the
-        // positions that pick a token (the prompt's last, every decode step), while the two
-        // continuations still agree (after a difference the inputs differ).
-        double worst_rel = 0, worst_abs_ratio = 0, min_margin = INFINITY;
         size_t same = 0;
         while (same < cpu.greedy.size() && cpu.greedy[same] == gpu.greedy[same]) same++;
+        // Per position ||g - c|| / ||c||, while the continuations agree (after a difference the
+        // inputs differ).
+        double worst = 0;
         for (size_t k = 0; k < cpu.logits.size() && k <= same; k++) {
             const Tensor &c = cpu.logits[k], &g = gpu.logits[k];
             ASSERT_EQ(c.numel(), g.numel());
             const int64_t V = c.dim(1);
             for (int64_t t = 0; t < c.dim(0); t++) {
                 const float *cp = c.f() + t * V, *gp = g.f() + t * V;
-                double num = 0, den = 0, mx = 0;
+                double num = 0, den = 0;
                 for (int64_t i = 0; i < V; i++) {
-                    ASSERT_TRUE(std::isfinite(gp[i])) << "step " << k << " position " << t << " logit " << i;
+                    ASSERT_TRUE(std::isfinite(gp[i])) << what << " step " << k << " position " << t << " logit " << i;
                     const double d = double(gp[i]) - cp[i];
-                    num += d * d, den += double(cp[i]) * cp[i], mx = std::max(mx, std::fabs(d));
+                    num += d * d, den += double(cp[i]) * cp[i];
                 }
-                worst_rel = std::max(worst_rel, std::sqrt(num / den));
-                if (t == c.dim(0) - 1) {
-                    const double margin = top2_margin(cp, V);
-                    min_margin = std::min(min_margin, margin);
-                    worst_abs_ratio = std::max(worst_abs_ratio, mx / margin);
-                }
+                worst = std::max(worst, std::sqrt(num / den));
             }
         }
-        std::printf("[ gpu exl3 ] %s: logits max ||gpu - cpu|| / ||cpu|| = %.3g over %zu steps; smallest cpu top-2 "
-                    "margin %.3g, largest max|gpu - cpu| / margin %.3g; greedy identical for %zu/%zu tokens\n",
-                    official ? "official" : "transformers", worst_rel, std::min(same + 1, cpu.logits.size()),
-                    min_margin, worst_abs_ratio, same, cpu.greedy.size());
+        std::printf("[ gpu vs cpu ] %s, %s: logits max ||gpu - cpu|| / ||cpu|| = %.3g over %zu steps; greedy identical "
+                    "for %zu/%zu tokens\n",
+                    what, official ? "official" : "transformers", worst, std::min(same + 1, cpu.logits.size()), same,
+                    cpu.greedy.size());
         if (!official) {
-            EXPECT_LE(worst_rel, 5e-3);
+            EXPECT_LE(worst, 5e-3) << what;
+            EXPECT_EQ(cpu.greedy, gpu.greedy) << what;
         }
-        EXPECT_EQ(cpu.greedy, gpu.greedy) << (official ? "official" : "transformers");
     }
+}
+
+// The synthesized official model (MXFP4 experts) at the EXL3 model's widths, dim 128 and
+// moe_inter 384 (wider than the fixtures': an MXFP4 w1 / w3 stage half full, w2 one and a half).
+TEST(GpuWide, SynthesizedOfficialModelMatchesTheCpuEngine) {
+    if (auto d = backend::cuda::query_device(0); !d) GTEST_SKIP() << d.status().to_string();
+    const fs::path dir = fs::temp_directory_path() / ("ds41rt_gpu_wide_" + std::to_string(getpid()));
+    model::synth_options o;
+    o.seed = 3;
+    o.vocab_size = 512;
+    o.engram_vocab_size = 50;
+    o.mtp = false;
+    o.dim = 128;
+    o.moe_intermediate = 384;
+    ASSERT_TRUE(model::synthesize(dir.string(), o));
+    expect_gpu_matches_cpu(dir, PROMPT, "dim 128 / moe_inter 384 official model");
+    fs::remove_all(dir);
+}
+
+TEST(GpuExl3, GreedyContinuationEqualsTheCpuEngine) {
+    if (auto d = backend::cuda::query_device(0); !d) GTEST_SKIP() << d.status().to_string();
+    const fs::path dir = fs::temp_directory_path() / ("ds41rt_gpu_exl3_" + std::to_string(getpid()));
+    make_quantized_model(dir, "exl3");
+    if (HasFatalFailure()) return;
+    expect_gpu_matches_cpu(dir, PROMPT, "EXL3 model");
     fs::remove_all(dir);
 }
 

@@ -8,7 +8,7 @@
 set -euo pipefail
 B=${1:-build}
 mkdir -p "$B/dev/lib"
-for bin in ds41rt ds41rt_cuda_tests ds41rt_cuda_engine_tests; do
+for bin in ds41rt ds41rt_cuda_tests ds41rt_cuda_engine_tests ds41rt_cuda_bench; do
   strip -o "$B/dev/$bin" "$B/$bin"
 done
 for lib in $(ldd "$B/ds41rt" | awk '/=>/ {print $3}' | grep -v -E 'lib(c|m|stdc\+\+|nccl)\.so|ld-linux'); do
