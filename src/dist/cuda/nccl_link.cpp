@@ -60,7 +60,18 @@ nccl_link::~nccl_link() { abort(); }
 
 void nccl_link::abort() {
     if (!comm_) return;
-    ncclCommAbort(comm_);
+    // ncclCommAbort first raises the communicator's abort flag (its device kernels return) and
+    // then reclaims its resources, which between two processes of one host waits for the peer to
+    // abort as well (NVIDIA/nccl#863): with a stopped peer it does not return, and a caller that
+    // waited for it hung past every deadline (the H200 fault test, 2026-11-30). The reclaim runs
+    // on a thread of its own; the caller goes on at once and only waits, bounded, for its stream
+    // to drain. A peer that never comes back leaves that thread and the communicator's memory
+    // behind until the process ends.
+    std::thread([c = comm_, dev = device_, peer = peer_] {
+        cudaSetDevice(dev);
+        if (const ncclResult_t r = ncclCommAbort(c); r != ncclSuccess)
+            spdlog::warn("nccl: abort of the link to {}: {}", peer, ncclGetErrorString(r));
+    }).detach();
     comm_ = nullptr;
 }
 

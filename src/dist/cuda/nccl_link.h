@@ -3,7 +3,8 @@
 // returns at once and settle() waits for its completion with a deadline, polling
 // ncclCommGetAsyncError and a caller's cancel test (a hung-up control channel, a stop flag).
 // A failed or timed-out link is aborted (ncclCommAbort, which also ends the device kernels
-// waiting on it) and thrown away; the owner bootstraps a new one.
+// waiting on it, run on a thread of its own: see abort()) and thrown away; the owner bootstraps a
+// new one.
 //
 // NCCL_NVLS_ENABLE is set to 0 before the first communicator unless the environment says
 // otherwise: the transport never uses NVLink SHARP / multicast objects.
@@ -34,7 +35,7 @@ public:
     // Starts joining the communicator of `id` as `rank` on `device` (current for the call).
     // The link is usable once settle() returns OK.
     static Result<std::unique_ptr<nccl_link>> start(const nccl_id &id, int rank, int device, std::string peer);
-    ~nccl_link();  // aborts the communicator (safe in every state; frees its resources)
+    ~nccl_link();  // aborts the communicator (safe in every state)
     nccl_link(const nccl_link &) = delete;
     nccl_link &operator=(const nccl_link &) = delete;
 
@@ -44,6 +45,8 @@ public:
     Status settle(deadline d, const std::function<bool()> &cancel, const char *what);
     // OK while healthy (in progress counts as healthy); otherwise the error, and aborts.
     Status check(const char *what);
+    // Returns at once: the device kernels on the link end shortly after (wait on the stream),
+    // the resources are freed once the peer has aborted too.
     void abort();
 
     ncclComm_t comm() const { return comm_; }

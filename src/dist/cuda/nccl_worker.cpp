@@ -37,7 +37,7 @@ public:
                 const std::atomic<bool> &stop)
         : ctl_(ctl), g_(g), info_(info), compute_(compute), stop_(stop) {}
     ~worker_loop() {
-        link_.reset();  // abort first: nothing may still run on the stream
+        link_.reset();  // abort first: its kernels end, and the buffers' cudaFree waits for them
         if (done_) cudaEventDestroy(done_);
         if (stream_) cudaStreamDestroy(stream_);
     }

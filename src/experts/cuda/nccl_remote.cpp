@@ -25,7 +25,7 @@ struct nccl_remote::peer {
     float *resp_d = nullptr;       // [rows * dim + 1] the partial and the status word
     size_t resp_bytes = 0;
     ~peer() {
-        link.reset();  // abort first: no kernel may still use the buffers
+        link.reset();  // abort first: its kernels end, and cudaFree below waits for them
         cudaFree(hdr_d);
         cudaFreeHost(hdr_h);
         cudaFreeHost(status_h);
