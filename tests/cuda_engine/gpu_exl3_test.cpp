@@ -181,10 +181,15 @@ TEST(GpuExl3, RoutedSumMatchesTheCpu) {
 // into a 0.4% one now and then (a 1e-5 gate perturbation changes the CPU's own OFFICIAL
 // continuation at its third token), so OFFICIAL is reported, not asserted, as gpu_vs_cpu_test
 // does for the QAT fixtures, apart from finite logits. Not yet explained (H200, 2026-11-30): with
-// this prompt both models' OFFICIAL prefill logits match the CPU's to 5e-8 up to position 44 and
-// are 0.11 apart from position 45 on (0.97 for the EXL3 model); the indexer's device selections
-// are not the cause (the host's top-k gives the same), and the old prompt matched to 5e-8 at
-// every prefill position.
+// this prompt the official model's OFFICIAL prefill logits match the CPU's to 5e-8 up to
+// position 44 and are 0.11 apart from position 45 on (the EXL3 model's prefill is 0.97 apart
+// somewhere; its positions were not printed); the old prompt matched to 5e-8 at every prefill
+// position. Bisected so far: not the indexer's device selections (the host's top-k
+// gives the same), not the batch shape (the same at 45 when the prompt is fed in chunks cut at
+// 16 / 32 / 40 / 44 / 45 / 46, the CPU bit-identical across chunkings), already there with the
+// first 5 layers (0.0085 at 45, growing with depth: 0.02 / 0.046 / 0.077 / 0.11 at 6 / 7 / 9 /
+// 12 layers), so a step of layers 0-4 at position 45 (layers 0-1: window attention only, Engram
+// at 1 and 4, ratio-2 compressors and the indexer from layer 2) is where to look next.
 const std::vector<int32_t> PROMPT = {492, 444, 488, 437, 31,  49,  46,  187, 430, 89,  379, 417, 345, 440, 160, 131,
                                      313, 111, 313, 21,  300, 351, 84,  223, 329, 204, 414, 373, 443, 263, 489, 193,
                                      281, 482, 230, 260, 140, 464, 21,  448, 17,  189, 241, 480, 166, 467, 197, 219};
