@@ -180,16 +180,17 @@ TEST(GpuExl3, RoutedSumMatchesTheCpu) {
 // OFFICIAL numerics have no such prompt: every bf16 / FP8 rounding point turns a 1e-7 difference
 // into a 0.4% one now and then (a 1e-5 gate perturbation changes the CPU's own OFFICIAL
 // continuation at its third token), so OFFICIAL is reported, not asserted, as gpu_vs_cpu_test
-// does for the QAT fixtures, apart from finite logits. Not yet explained (H200, 2026-11-30): with
-// this prompt the official model's OFFICIAL prefill logits match the CPU's to 5e-8 up to
-// position 44 and are 0.11 apart from position 45 on (the EXL3 model's prefill is 0.97 apart
-// somewhere; its positions were not printed); the old prompt matched to 5e-8 at every prefill
-// position. Bisected so far: not the indexer's device selections (the host's top-k
-// gives the same), not the batch shape (the same at 45 when the prompt is fed in chunks cut at
-// 16 / 32 / 40 / 44 / 45 / 46, the CPU bit-identical across chunkings), already there with the
-// first 5 layers (0.0085 at 45, growing with depth: 0.02 / 0.046 / 0.077 / 0.11 at 6 / 7 / 9 /
-// 12 layers), so a step of layers 0-4 at position 45 (layers 0-1: window attention only, Engram
-// at 1 and 4, ratio-2 compressors and the indexer from layer 2) is where to look next.
+// does for the QAT fixtures, apart from finite logits. With this prompt the official model's
+// OFFICIAL prefill logits match the CPU's to 5e-8 up to position 44 and are 0.11 apart from 45 on
+// (H200, 2026-11-30; the EXL3 model's 0.97 somewhere, positions not printed); the old prompt
+// matched at every position. Bisected: not the indexer's device selections (the host's top-k
+// gives the same), not the batch shape (the same when the prompt is fed in chunks cut at 16 / 32
+// / 40 / 44 / 45 / 46; the CPU bit-identical across chunkings), present with the first 5 layers
+// (0.0085 at 45, growing with depth). It is what OFFICIAL does to a one-ulp difference: the CPU
+// engine alone, with one fp32 ulp added to or taken from 1% of its linear outputs before their
+// bf16 rounding (a debug hook, not kept), moves its own prefill logits by 0.007-0.2 at 36 of the
+// old prompt's 48 positions (with 10% of them nudged: 0.03-0.8 from position 8 of this one); the GPU's fp32 sums differ from the
+// host's in order (GEMV K slices), so now and then one lands on the other side of a bf16 rounding.
 const std::vector<int32_t> PROMPT = {492, 444, 488, 437, 31,  49,  46,  187, 430, 89,  379, 417, 345, 440, 160, 131,
                                      313, 111, 313, 21,  300, 351, 84,  223, 329, 204, 414, 373, 443, 263, 489, 193,
                                      281, 482, 230, 260, 140, 464, 21,  448, 17,  189, 241, 480, 166, 467, 197, 219};
