@@ -2,7 +2,9 @@
 // products summed in fp64, so it sits within one fp32 rounding of the exact product), on
 // hash-generated inputs: the V4.1 head [129280, 5120] bf16 at M = 1 and 16, small F32 / BF16
 // shapes with K 64, 80, 192 and 81 (81: the element-load path) at every M in 1..40, and two
-// prefill shapes (row slices over grid.y, several row tiles per slice).
+// prefill shapes (row slices over grid.y, several row tiles per slice). The narrow decode shapes
+// (dense_narrow_kernel at M <= 16) are held to a host emulation of the documented order: 0 bits
+// may differ.
 // Tolerance: |d| <= 1e-6 |ref| + 5e-7 * sum_k |x_k w_k|. The kernel adds K / 8 products per part
 // sequentially in fp32 and combines 8 parts: the rounding error is a random walk of about
 // 2^-24 * sqrt(K / 8) * |partial sums|, ~2.4e-8 of sum |x w| in rms (any K), ~1e-6 of a typical
@@ -15,6 +17,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -290,6 +293,65 @@ TEST_F(CudaDense, PrefillShapes) {
         EXPECT_EQ(diffs, 0u) << name << ": rows differ from the same rows alone";
         std::printf("[ info ] dense_linear %s: max |d| / sum|xw| %.3g, max rel err %.3g, batch bit differences %zu\n",
                     name.c_str(), e.worst_abs, e.worst_rel, diffs);
+    }
+}
+
+// The order dense.cuh documents, on the host (std::fmaf is correctly rounded; the butterfly is
+// the kernels' shuffle sequence), for outputs [M, N] of x [M, K] (K % 8 == 0).
+std::vector<float> order_emulation(const std::vector<float> &x, int64_t M, const weights &w) {
+    std::vector<float> y(size_t(M * w.N));
+    const int64_t nchunks = w.K / 8;
+    parallel_for(w.N, [&](int64_t n0, int64_t n1) {
+        for (int64_t n = n0; n < n1; n++)
+            for (int64_t m = 0; m < M; m++) {
+                float v[8];
+                for (int p = 0; p < 8; p++) {
+                    float acc = 0.0f;
+                    for (int64_t c = p; c < nchunks; c += 8)
+                        for (int64_t k = c * 8; k < c * 8 + 8; k++)
+                            acc = std::fmaf(x[size_t(m * w.K + k)], float(w.at(n, k)), acc);
+                    v[p] = acc;
+                }
+                for (int o : {4, 2, 1}) {
+                    float t[8];
+                    for (int p = 0; p < 8; p++) t[p] = v[p] + v[p ^ o];
+                    std::copy(t, t + 8, v);
+                }
+                y[size_t(m * w.N + n)] = v[0];
+            }
+    }, 4);
+    return y;
+}
+
+// Narrow products at decode sizes (the router gate 384 x 5120 bf16, the compressor and indexer
+// projections, an F32 one) take dense_narrow_kernel for M <= 16 and dense_kernel above: both must
+// give the documented order's bits exactly (so a row is the same in a prefill and a decode).
+// Timing (informational): the router gate at M = 1.
+TEST_F(CudaDense, NarrowShapesGiveTheOrdersBits) {
+    struct shape {
+        bool bf16;
+        int64_t N, K;
+    };
+    for (shape s : {shape{true, 384, 5120}, shape{true, 512, 5120}, shape{true, 64, 5120}, shape{false, 100, 1024},
+                    shape{true, 3, 64}}) {
+        const weights w(s.bf16, s.N, s.K, uint64_t(500 + s.N + s.K));
+        const int64_t MAXM = 17;
+        const std::vector<float> x = random_x(MAXM, s.K, uint64_t(600 + s.K));
+        const device_weights dw(w);
+        dev_vec<float> dx(x);
+        const std::string name = std::string(s.bf16 ? "bf16" : "f32") + " [" + std::to_string(s.N) + ", " +
+                                 std::to_string(s.K) + "]";
+        for (int64_t M : {1, 2, 5, 16, 17}) {
+            const std::vector<float> want = order_emulation(x, M, w);
+            const std::vector<float> got = run(dx, 0, M, dw, w);
+            EXPECT_EQ(count_bit_diffs(got, 0, want, 0, want.size()), 0u) << name << " M " << M;
+        }
+        if (s.N == 384) {
+            dev_vec<float> dy(size_t(s.N));
+            const double us = time_us([&] { (void)cuda::dense_linear(dx.p, dw.p, true, dy.p, 1, s.N, s.K, nullptr); }, 50);
+            std::printf("[ info ] dense_linear %s M 1 (router gate): %.2f us, %.0f GB/s of weights\n", name.c_str(), us,
+                        double(w.bytes()) / (us * 1e-6) * 1e-9);
+        }
     }
 }
 

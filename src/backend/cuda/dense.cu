@@ -1,5 +1,6 @@
 #include "backend/cuda/dense.cuh"
 
+#include <algorithm>
 #include <string>
 
 #include "backend/cuda/cuda_status.h"
@@ -177,6 +178,78 @@ __global__ void __launch_bounds__(WARPS * 32) dense_kernel(const float *__restri
     }
 }
 
+// Narrow N at decode (the router gate 384 x 5120, the compressors' and the indexer's projections,
+// M <= 16): dense_kernel gives such a product N / 16 blocks, too few for the bandwidth, and each
+// part's K / 64 loads are one dependent stage after another. Here a block first copies the whole
+// weight rows of its RB columns into shared memory, every thread with all its 16-byte pieces in
+// flight at once (cp.async), then 8 lanes per (row, column) add them in dense_kernel's order
+// (part c % 8, ascending chunks, ascending k, fmaf from +0, the same butterfly), so the bits equal
+// dense_kernel's for every M. H200, router gate at M = 1, back-to-back calls: 19.1 us through
+// dense_kernel, 10.7 us here (tests/cuda/dense_test.cpp). Roofline: bytes N * K * sizeof(w) (once;
+// x's M * K * 4 from L2, y's M * N * 4): 3.9 MB for the gate, ~1 us at the copy rate; FLOPs
+// 2 * M * N * K as fp32 FMA, a chain of K / 8 dependent FMAs per lane (~1.3 us at K = 5120). What
+// the other ~8 us are is not known yet (launch, the x loads from L2, one block's copy then sum).
+constexpr int NARROW_THREADS = 256, NARROW_MAX_M = 16;
+constexpr size_t NARROW_SMEM = 48 * 1024;  // the default dynamic limit: no opt-in needed
+
+template <bool BF16>
+__global__ void __launch_bounds__(NARROW_THREADS) dense_narrow_kernel(const float *__restrict__ x, const void *__restrict__ w,
+                                                                       float *__restrict__ y, int M, int N, int K, int RB) {
+    extern __shared__ __align__(16) uint8_t sw[];
+    const int n0 = blockIdx.x * RB, rows = min(RB, N - n0);
+    const size_t row_bytes = size_t(K) * (BF16 ? 2 : 4);
+    const uint8_t *src = static_cast<const uint8_t *>(w) + size_t(n0) * row_bytes;
+    const int pieces = int(size_t(rows) * row_bytes / 16);
+    for (int i = threadIdx.x; i < pieces; i += NARROW_THREADS) {
+        const unsigned d = unsigned(__cvta_generic_to_shared(sw + size_t(i) * 16));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src + size_t(i) * 16));
+    }
+    asm volatile("cp.async.commit_group;");
+    asm volatile("cp.async.wait_group 0;");
+    __syncthreads();
+
+    const int part = threadIdx.x & (PARTS - 1), nchunks = K / CHUNK, outputs = M * rows;
+    // Whole warps go round the loop together (the butterfly needs all 32 lanes).
+    for (int base = 0; base < outputs; base += NARROW_THREADS / PARTS) {
+        const int o = base + int(threadIdx.x / PARTS);
+        const bool live = o < outputs;
+        const int m = live ? o / rows : 0, r = live ? o % rows : 0;
+        float acc = 0.0f;
+        if (live) {
+            const float *xr = x + size_t(m) * K;
+            const uint8_t *wr = sw + size_t(r) * row_bytes;
+            for (int c = part; c < nchunks; c += PARTS) {
+                raw_chunk<BF16> raw;
+                if constexpr (BF16) {
+                    const uint4 v = *reinterpret_cast<const uint4 *>(wr + size_t(c) * CHUNK * 2);
+                    raw.u[0] = v.x, raw.u[1] = v.y, raw.u[2] = v.z, raw.u[3] = v.w;
+                } else {
+                    const float4 *q = reinterpret_cast<const float4 *>(wr + size_t(c) * CHUNK * 4);
+                    const float4 a = q[0], b = q[1];
+                    raw.f[0] = a.x, raw.f[1] = a.y, raw.f[2] = a.z, raw.f[3] = a.w;
+                    raw.f[4] = b.x, raw.f[5] = b.y, raw.f[6] = b.z, raw.f[7] = b.w;
+                }
+                float wf[CHUNK], xv[CHUNK];
+                to_float<BF16>(raw, wf);
+                load_x<true>(xr, int64_t(c) * CHUNK, K, xv);
+#pragma unroll
+                for (int e = 0; e < CHUNK; e++) acc = fmaf(xv[e], wf[e], acc);
+            }
+        }
+        acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+        acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+        acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+        if (live && part == 0) y[size_t(m) * N + n0 + r] = acc;
+    }
+}
+
+int sm_count() {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        return 1;
+    return n > 0 ? n : 1;
+}
+
 template <bool BF16, bool VEC, int R>
 void launch_mt(int mt, dim3 grid, const float *x, const void *w, float *y, int64_t M, int64_t N, int64_t K, int64_t rps,
                cudaStream_t stream) {
@@ -207,6 +280,22 @@ Status dense_linear(const float *x, const void *w, bool w_bf16, float *y, int64_
         return Status::invalid_argument("dense_linear: bad shape or null (M " + std::to_string(M) + ", N " +
                                         std::to_string(N) + ", K " + std::to_string(K) + ")");
     const bool vec = K % CHUNK == 0 && aligned16(x) && aligned16(w);
+    // Narrow products (fewer than two of dense_kernel's blocks per SM) whose weight row fits in
+    // shared memory: dense_narrow_kernel, the same bits.
+    const size_t row_bytes = size_t(K) * (w_bf16 ? 2 : 4);
+    const int sms = sm_count();
+    if (vec && M <= NARROW_MAX_M && row_bytes <= NARROW_SMEM && N < int64_t(2) * sms * WARPS * GROUPS) {
+        const int64_t fit = int64_t(NARROW_SMEM / row_bytes);
+        const int rb = int(std::max<int64_t>(1, std::min<int64_t>(fit, (N + sms - 1) / sms)));
+        const unsigned blocks = unsigned((N + rb - 1) / rb);
+        const size_t smem = size_t(rb) * row_bytes;
+        if (w_bf16)
+            dense_narrow_kernel<true><<<blocks, NARROW_THREADS, smem, stream>>>(x, w, y, int(M), int(N), int(K), rb);
+        else
+            dense_narrow_kernel<false><<<blocks, NARROW_THREADS, smem, stream>>>(x, w, y, int(M), int(N), int(K), rb);
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+        return Status::ok();
+    }
     // Four columns per lane amortize x loads; one keeps enough warps in flight for narrow N.
     const int R = (M > MAX_MT || N >= 32768) ? 4 : 1;
     int mt = 1;
