@@ -7,13 +7,11 @@
 // window ring) sequence by sequence, with one host round trip per layer and step, not per
 // sequence.
 //
-// Sequence state: the window ring of every layer and the compressed entries / index keys live
-// on the device (fp32 rows); the compressors' open windows live on the host (see below).
+// Sequence state: the window ring of every layer, the compressors' open windows
+// (v4_compressor: the rows of windows not yet closed, pooled on the device when they close) and
+// the compressed entries / index keys live on the device (fp32 rows).
 //
 // What runs on the host, on rows brought back (each a synchronisation):
-//  - the compressors' window pooling (engine/v4_steps compress_pool): V4's overlapping windows
-//    (the previous window's Ca half pooled with this one's Cb half) have no GPU kernel yet; the
-//    wkv / wgate projections come back, the latents go up again for the norm, RoPE and QAT;
 //  - TRANSFORMERS' index scores (torch's tie order has no GPU twin; OFFICIAL's top-k and the
 //    picked entries of the attention key lists stay on the device, key_lists.h);
 //  - hc_head's pre weights (sigmoid of hc_head_fn's mixes: hc numbers per row), once a step.
@@ -49,6 +47,7 @@
 #include "engine/cuda/routed_decode.h"
 #include "engine/cuda/step_bufs.h"
 #include "engine/cuda/step_rows.h"
+#include "engine/cuda/v4_compressor.h"
 #include "engine/rope.h"
 #include "engine/topk.h"
 #include "engine/v4_steps.h"
@@ -68,7 +67,7 @@ constexpr int64_t FP4_QAT_BLOCK = 32;  // FP4 QAT of indexer q / keys (spec 2.1)
 struct compressor_dev {
     dlinear wkv, wgate;          // [c*d, D]
     const float *norm = nullptr;  // [d]
-    Tensor ape;                   // host [m, c*d]: the pooling runs on the host
+    const float *ape = nullptr;   // [m, c*d]
 };
 
 struct layer_dev {
@@ -91,8 +90,8 @@ struct layer_dev {
 
 
 struct comp_seq {
-    v4::compressor_buffer open;  // host: the open windows
-    dev_rows entries;            // device: normed, RoPE'd (and QAT'd under OFFICIAL) entries
+    v4_open_windows open;  // the rows of the windows not yet closed
+    dev_rows entries;      // normed, RoPE'd (and QAT'd under OFFICIAL) entries
 };
 
 struct seq_dev {
@@ -185,14 +184,18 @@ public:
                 DS41RT_RETURN_IF_ERROR(lin_(cp + "wkv.weight", &cw->wkv));
                 DS41RT_RETURN_IF_ERROR(lin_(cp + "wgate.weight", &cw->wgate));
                 DS41RT_RETURN_IF_ERROR(vec_(cp + "norm.weight", &cw->norm));
-                DS41RT_RETURN_IF_ERROR(host_(cp + "ape", &cw->ape));
+                Tensor ape;
+                DS41RT_RETURN_IF_ERROR(host_(cp + "ape", &ape));
                 const int64_t cd = (overlap ? 2 : 1) * d;
                 if (cw->wkv.N != cd || cw->wkv.K != D || cw->wgate.N != cd || cw->wgate.K != D)
                     return Status::invalid_argument(cp + "wkv.weight / wgate.weight: expected [" + std::to_string(cd) +
                                                     ", " + std::to_string(D) + "]");
-                if (cw->ape.shape() != shape_t{int64_t(c_.ratio(l)), cd})
-                    return Status::invalid_argument(cp + "ape: shape " + shape_str(cw->ape.shape()) + ", expected " +
+                if (ape.shape() != shape_t{int64_t(c_.ratio(l)), cd})
+                    return Status::invalid_argument(cp + "ape: shape " + shape_str(ape.shape()) + ", expected " +
                                                     shape_str(shape_t{int64_t(c_.ratio(l)), cd}));
+                auto up = m_->upload(ape.f(), size_t(ape.numel()) * sizeof(float));
+                if (!up) return up.status();
+                cw->ape = static_cast<const float *>(up.value());
                 return Status::ok();
             };
             const bool csa = c_.ratio(l) > 0 && c_.is_index_source(l);
@@ -312,35 +315,34 @@ private:
     }
 
     // ---- a compressor (spec 3.5; v4_model compress()) over the step's rows ----
-    // The projections of every row in one launch and one download; the window pooling per
-    // sequence on the host (v4_steps); then the emitted entries of all sequences together
-    // through the norm, RoPE at position w*m and, OFFICIAL, the main compressor's FP8 QAT of its
-    // nope dims or the indexer's Hadamard + FP4 QAT (`rotate`); each joins its sequence's entries.
+    // The projections of every row in one launch; the windows that close pooled on the device
+    // (v4_compressor); then the emitted entries of all sequences together through the norm, RoPE
+    // at position w*m and, OFFICIAL, the main compressor's FP8 QAT of its nope dims or the
+    // indexer's Hadamard + FP4 QAT (`rotate`); each joins its sequence's entries.
     // cs[i]: sequence i's compressor state.
     Status compress(const compressor_dev &cw, const std::vector<comp_seq *> &cs, const step_rows &B, const float *x,
                     int64_t d, int ratio, bool overlap, bool rotate) const {
         const int64_t S = B.rows, cd = (overlap ? 2 : 1) * d;
         dtemp kv = m_->temp_f32(S * cd), gate = m_->temp_f32(S * cd);
         DS41RT_RETURN_IF_ERROR(m_->run_linears({{&cw.wkv, x, kv.f()}, {&cw.wgate, x, gate.f()}}, S, lin::F32));
-        std::vector<float> kh(static_cast<size_t>(S * cd)), gh(static_cast<size_t>(S * cd));
-        DS41RT_RETURN_IF_ERROR(m_->to_host_pair(kh.data(), kv.f(), kh.size() * sizeof(float), gh.data(), gate.f(),
-                                                gh.size() * sizeof(float)));
-        std::vector<float> latents;
-        std::vector<int64_t> pos, groups(B.seq.size(), 0);
-        for (size_t i = 0; i < B.seq.size(); i++) {
-            const int64_t o = B.off[i];
-            std::vector<float> lat = v4::compress_pool(cs[i]->open, kh.data() + o * cd, gh.data() + o * cd, B.n[i], d,
-                                                       ratio, overlap, cw.ape.f(), &groups[i]);
-            latents.insert(latents.end(), lat.begin(), lat.end());
+        std::vector<v4_open_windows *> open;
+        for (comp_seq *c : cs) open.push_back(&c->open);
+        v4_compressor_shape shape;
+        shape.d = d;
+        shape.ratio = ratio;
+        shape.overlap = overlap;
+        shape.ape = cw.ape;
+        dtemp lt;
+        std::vector<int64_t> groups;
+        DS41RT_RETURN_IF_ERROR(v4_compress_pool(*m_, shape, open, kv.f(), gate.f(), B.off, B.n, &lt, &groups));
+        std::vector<int64_t> pos;
+        for (size_t i = 0; i < B.seq.size(); i++)
             for (int64_t g = 0; g < groups[i]; g++) pos.push_back((cs[i]->entries.rows + g) * ratio);
-        }
         const int64_t G = int64_t(pos.size());
         if (G == 0) return Status::ok();
-        auto lt = m_->upload_temp(latents.data(), latents.size() * sizeof(float));
-        if (!lt) return lt.status();
         auto pos_d = m_->upload_temp(pos.data(), pos.size() * sizeof(int64_t));
         if (!pos_d) return pos_d.status();
-        float *e = lt->f();
+        float *e = lt.f();
         if (official_) DS41RT_RETURN_IF_ERROR(cuda::round_bf16_inplace(e, G * d, st()));
         DS41RT_RETURN_IF_ERROR(norm(e, cw.norm, G, d));
         DS41RT_RETURN_IF_ERROR(rope(e, G, d, pos_d->as<int64_t>(), 1, inv_compress_, false));
