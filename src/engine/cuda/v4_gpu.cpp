@@ -4,8 +4,7 @@
 // weights as the checkpoint stores them (device_model), all sequences of a step as one set of
 // rows (step_rows): the row-wise ops (projections, norms, mHC, RoPE, QAT, attention, MoE) over
 // every row at once, the state-owning steps (window pooling, index scores and selection,
-// window ring) sequence by sequence, with one host round trip per layer and step, not per
-// sequence.
+// window ring) sequence by sequence, each as one launch over all sequences where it can be.
 //
 // Sequence state: the window ring of every layer, the compressors' open windows
 // (v4_compressor: the rows of windows not yet closed, pooled on the device when they close) and
