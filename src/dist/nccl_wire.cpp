@@ -1,35 +1,13 @@
 #include "dist/nccl_wire.h"
 
-#include <zlib.h>
-
 #include <cstring>
 #include <vector>
 
+#include "dist/le_bytes.h"
+
 namespace ds41rt::dist {
 
-namespace {
-
-void put16(uint8_t *p, uint16_t v) { p[0] = uint8_t(v), p[1] = uint8_t(v >> 8); }
-void put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = uint8_t(v >> (8 * i));
-}
-void put64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = uint8_t(v >> (8 * i));
-}
-uint16_t get16(const uint8_t *p) { return uint16_t(p[0] | (p[1] << 8)); }
-uint32_t get32(const uint8_t *p) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= uint32_t(p[i]) << (8 * i);
-    return v;
-}
-uint64_t get64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= uint64_t(p[i]) << (8 * i);
-    return v;
-}
-uint32_t crc60(const uint8_t *p) { return uint32_t(crc32(crc32(0L, Z_NULL, 0), p, 60)); }
-
-}  // namespace
+using namespace le;
 
 frame_bytes encode_nccl_bootstrap(const nccl_bootstrap &b) {
     frame_header h;
@@ -87,7 +65,7 @@ void encode_nccl_header(const nccl_header &h, uint8_t out[NCCL_HEADER_BYTES]) {
     put32(out + 44, h.executor);
     out[48] = h.tp_rank;
     out[49] = h.tp;
-    put32(out + 60, crc60(out));
+    put32(out + 60, crc(out, 60));
 }
 
 Result<nccl_header> decode_nccl_header(const uint8_t *p, size_t n) {
@@ -100,7 +78,7 @@ Result<nccl_header> decode_nccl_header(const uint8_t *p, size_t n) {
     if (h.version != NCCL_PROTOCOL_VERSION)
         return Status::corruption("NCCL header: protocol version " + std::to_string(h.version) + " (this build speaks " +
                                   std::to_string(NCCL_PROTOCOL_VERSION) + ")");
-    if (get32(p + 60) != crc60(p)) return Status::corruption("NCCL header: checksum mismatch");
+    if (get32(p + 60) != crc(p, 60)) return Status::corruption("NCCL header: checksum mismatch");
     const uint8_t want[4] = {NCCL_DTYPE_F32, NCCL_DTYPE_I32, NCCL_DTYPE_F32, NCCL_DTYPE_F32};
     const char *names[4] = {"x", "ids", "weights", "partial"};
     for (int i = 0; i < 4; i++)

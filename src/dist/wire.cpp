@@ -1,57 +1,19 @@
 #include "dist/wire.h"
 
-#include <zlib.h>
-
 #include <array>
 #include <cmath>
 #include <cstring>
 
+#include "dist/le_bytes.h"
+
 namespace ds41rt::dist {
+
+using namespace le;
 
 namespace {
 
 using backend::cpu::route;
 using backend::cpu::route_table;
-
-// ---- little-endian primitives ----------------------------------------------------------------
-void put16(uint8_t *p, uint16_t v) {
-    p[0] = uint8_t(v);
-    p[1] = uint8_t(v >> 8);
-}
-void put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = uint8_t(v >> (8 * i));
-}
-void put64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = uint8_t(v >> (8 * i));
-}
-uint16_t get16(const uint8_t *p) { return uint16_t(p[0] | (p[1] << 8)); }
-uint32_t get32(const uint8_t *p) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= uint32_t(p[i]) << (8 * i);
-    return v;
-}
-uint64_t get64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= uint64_t(p[i]) << (8 * i);
-    return v;
-}
-void putf(uint8_t *p, float f) {
-    uint32_t v;
-    std::memcpy(&v, &f, 4);
-    put32(p, v);
-}
-float getf(const uint8_t *p) {
-    uint32_t v = get32(p);
-    float f;
-    std::memcpy(&f, &v, 4);
-    return f;
-}
-
-uint32_t crc(const uint8_t *p, size_t n) {
-    uLong c = crc32(0L, Z_NULL, 0);
-    // zlib takes uInt lengths; payloads are capped far below 4 GiB.
-    return uint32_t(crc32(c, p, uInt(n)));
-}
 
 std::string hex(uint64_t v) {
     char buf[32];
