@@ -73,6 +73,12 @@ public:
     T &operator*() { return value(); }
     const T &operator*() const { return value(); }
     Status status() const { return is_ok() ? Status::ok() : std::get<1>(v_); }
+    // The value moved into *out, or the error (out untouched): a loader's one-line assignment.
+    Status move_to(T *out) && {
+        if (!is_ok()) return std::get<1>(v_);
+        *out = std::get<0>(std::move(v_));
+        return Status::ok();
+    }
 
 private:
     std::variant<T, Status> v_;

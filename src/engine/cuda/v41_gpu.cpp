@@ -139,18 +139,8 @@ public:
 
     Status load() {
         auto &m = *m_;
-        auto lin_ = [&](const std::string &n, dlinear *out) -> Status {
-            auto r = m.linear(n);
-            if (!r) return r.status();
-            *out = r.value();
-            return Status::ok();
-        };
-        auto vec_ = [&](const std::string &n, const float **out) -> Status {
-            auto r = m.vec(n);
-            if (!r) return r.status();
-            *out = r.value();
-            return Status::ok();
-        };
+        auto lin_ = [&](const std::string &n, dlinear *out) { return m.linear(n).move_to(out); };
+        auto vec_ = [&](const std::string &n, const float **out) { return m.vec(n).move_to(out); };
         auto emb = m.bf16_table("embed.weight");
         if (!emb) return emb.status();
         embed_ = emb.value();

@@ -118,24 +118,9 @@ public:
 
     Status load() {
         auto &m = *m_;
-        auto lin_ = [&](const std::string &n, dlinear *out) -> Status {
-            auto r = m.linear(n);
-            if (!r) return r.status();
-            *out = r.value();
-            return Status::ok();
-        };
-        auto vec_ = [&](const std::string &n, const float **out) -> Status {
-            auto r = m.vec(n);
-            if (!r) return r.status();
-            *out = r.value();
-            return Status::ok();
-        };
-        auto host_ = [&](const std::string &n, Tensor *out) -> Status {
-            auto r = m.host_f32(n);
-            if (!r) return r.status();
-            *out = r.value();
-            return Status::ok();
-        };
+        auto lin_ = [&](const std::string &n, dlinear *out) { return m.linear(n).move_to(out); };
+        auto vec_ = [&](const std::string &n, const float **out) { return m.vec(n).move_to(out); };
+        auto host_ = [&](const std::string &n, Tensor *out) { return m.host_f32(n).move_to(out); };
         const int64_t D = c_.dim, hc = c_.hc_mult;
         auto emb = m.bf16_table("embed.weight");
         if (!emb) return emb.status();
