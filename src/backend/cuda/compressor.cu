@@ -46,8 +46,8 @@ __global__ void pool_kernel(const float *kv, const float *gate, int64_t G, int r
     latent[i] = rb ? dev::round_bf16(num) : num;
 }
 
-// One thread per (window, channel); the slots' rows are read with stride d between channels, so
-// a warp's 32 channels of one slot are one 128-byte line. Bytes: 8 * slots * d per window + 4 * d
+// One thread per (window, channel): a warp's 32 threads read 32 consecutive channels of one slot
+// row, one 128-byte line. Bytes: 8 * slots * d per window + 4 * d
 // written (CSA decode: 8 slots x 512 channels, 32 KB); launch-bound at decode.
 __global__ void pool_slots_kernel(const float *const *kv, const float *const *gate, const int32_t *first, int64_t G,
                                   int64_t d, float *latent) {

@@ -33,8 +33,8 @@ Status v4_compress_pool(const device_model &m, const v4_compressor_shape &c, con
                         const float *kv, const float *gate, const std::vector<int64_t> &off,
                         const std::vector<int64_t> &n, dtemp *latent, std::vector<int64_t> *groups) {
     const int64_t d = c.d, cd = (c.overlap ? 2 : 1) * d;
-    const int m_ = c.ratio;
-    if (m_ < 1 || d < 1 || !c.ape || st.size() != off.size() || st.size() != n.size())
+    const int ratio = c.ratio;
+    if (ratio < 1 || d < 1 || !c.ape || st.size() != off.size() || st.size() != n.size())
         return Status::invalid_argument("v4_compress_pool: bad shape or arguments");
     groups->assign(st.size(), 0);
     // Buffer the rows; bias the gate rows of the windows that close (the host's += ape).
@@ -43,8 +43,8 @@ Status v4_compress_pool(const device_model &m, const v4_compressor_shape &c, con
         w.kv.width = w.gate.width = cd;
         DS41RT_RETURN_IF_ERROR(m.append(w.kv, kv + off[i] * cd, n[i]));
         DS41RT_RETURN_IF_ERROR(m.append(w.gate, gate + off[i] * cd, n[i]));
-        (*groups)[i] = w.kv.rows / m_;
-        DS41RT_RETURN_IF_ERROR(cuda::add_periodic_bias(w.gate.buf.f(), (*groups)[i] * m_, cd, c.ape, m_, m.stream()));
+        (*groups)[i] = w.kv.rows / ratio;
+        DS41RT_RETURN_IF_ERROR(cuda::add_periodic_bias(w.gate.buf.f(), (*groups)[i] * ratio, cd, c.ape, ratio, m.stream()));
     }
     // The slots of every closing window, in v4::compress_pool's order.
     std::vector<const float *> skv, sgate;
@@ -54,23 +54,23 @@ Status v4_compress_pool(const device_model &m, const v4_compressor_shape &c, con
         for (int64_t g = 0; g < (*groups)[i]; g++) {
             if (c.overlap) {
                 if (g > 0 || w.has_prev)
-                    for (int t = 0; t < m_; t++) {
+                    for (int t = 0; t < ratio; t++) {
                         if (g > 0) {  // Ca = [:d] of the previous window's rows
-                            skv.push_back(w.kv.at((g - 1) * m_ + t));
-                            sgate.push_back(w.gate.at((g - 1) * m_ + t));
+                            skv.push_back(w.kv.at((g - 1) * ratio + t));
+                            sgate.push_back(w.gate.at((g - 1) * ratio + t));
                         } else {
                             skv.push_back(w.prev_kv.f() + t * d);
                             sgate.push_back(w.prev_gate.f() + t * d);
                         }
                     }
-                for (int t = 0; t < m_; t++) {  // Cb = [d:]
-                    skv.push_back(w.kv.at(g * m_ + t) + d);
-                    sgate.push_back(w.gate.at(g * m_ + t) + d);
+                for (int t = 0; t < ratio; t++) {  // Cb = [d:]
+                    skv.push_back(w.kv.at(g * ratio + t) + d);
+                    sgate.push_back(w.gate.at(g * ratio + t) + d);
                 }
             } else {
-                for (int t = 0; t < m_; t++) {
-                    skv.push_back(w.kv.at(g * m_ + t));
-                    sgate.push_back(w.gate.at(g * m_ + t));
+                for (int t = 0; t < ratio; t++) {
+                    skv.push_back(w.kv.at(g * ratio + t));
+                    sgate.push_back(w.gate.at(g * ratio + t));
                 }
             }
             first.push_back(int32_t(skv.size()));
@@ -94,15 +94,15 @@ Status v4_compress_pool(const device_model &m, const v4_compressor_shape &c, con
         const int64_t gi = (*groups)[i];
         if (gi == 0) continue;
         if (c.overlap) {
-            if (!w.prev_kv.bytes()) w.prev_kv = m.temp_f32(int64_t(m_) * d), w.prev_gate = m.temp_f32(int64_t(m_) * d);
+            if (!w.prev_kv.bytes()) w.prev_kv = m.temp_f32(int64_t(ratio) * d), w.prev_gate = m.temp_f32(int64_t(ratio) * d);
             for (auto [dst, src] : {std::pair{&w.prev_kv, &w.kv}, std::pair{&w.prev_gate, &w.gate}})
-                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(dst->f(), size_t(d) * sizeof(float), src->at((gi - 1) * m_),
+                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(dst->f(), size_t(d) * sizeof(float), src->at((gi - 1) * ratio),
                                                               size_t(cd) * sizeof(float), size_t(d) * sizeof(float),
-                                                              size_t(m_), cudaMemcpyDeviceToDevice, m.stream()));
+                                                              size_t(ratio), cudaMemcpyDeviceToDevice, m.stream()));
             w.has_prev = true;
         }
-        DS41RT_RETURN_IF_ERROR(drop_front(m, w.kv, gi * m_));
-        DS41RT_RETURN_IF_ERROR(drop_front(m, w.gate, gi * m_));
+        DS41RT_RETURN_IF_ERROR(drop_front(m, w.kv, gi * ratio));
+        DS41RT_RETURN_IF_ERROR(drop_front(m, w.gate, gi * ratio));
     }
     return Status::ok();
 }
