@@ -182,24 +182,6 @@ double copy_gbps() {
     return best;
 }
 
-// Mean microseconds of one call over reps after a warm-up.
-template <typename F>
-double time_us(F &&fn, int reps = 20) {
-    fn();
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    cudaEventRecord(a);
-    for (int i = 0; i < reps; i++) fn();
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    return 1e3 * ms / reps;
-}
-
 class CudaDense : public testing_util::CudaOps {};
 
 TEST_F(CudaDense, HeadBf16MatchesFp64AndIsBatchInvariant) {
@@ -227,7 +209,7 @@ TEST_F(CudaDense, HeadBf16MatchesFp64AndIsBatchInvariant) {
     std::printf("[ time ] cudaMemcpy D2D 1 GiB: %.0f GB/s (read + write)\n", copy);
     dev_vec<float> dy(size_t(M * N));
     for (int64_t m : {int64_t(1), int64_t(4), M}) {
-        const double us = time_us([&] { (void)cuda::dense_linear(dx.p, dw.p, true, dy.p, m, N, K, nullptr); });
+        const double us = testing_util::time_us([&] { (void)cuda::dense_linear(dx.p, dw.p, true, dy.p, m, N, K, nullptr); }, 20);
         const double bytes = double(w.bytes()) + double(m * K * 4) + double(m * N * 4);
         std::printf("[ time ] dense_linear head M %lld: %.1f us, %.0f GB/s = %.0f%% of copy, %.1f TFLOP/s fp32\n",
                     (long long)m, us, bytes / us * 1e-3, 100.0 * bytes / us * 1e-3 / copy, 2.0 * m * N * K / us * 1e-6);
@@ -348,7 +330,7 @@ TEST_F(CudaDense, NarrowShapesGiveTheOrdersBits) {
         }
         if (s.N == 384) {
             dev_vec<float> dy(size_t(s.N));
-            const double us = time_us([&] { (void)cuda::dense_linear(dx.p, dw.p, true, dy.p, 1, s.N, s.K, nullptr); }, 50);
+            const double us = testing_util::time_us([&] { (void)cuda::dense_linear(dx.p, dw.p, true, dy.p, 1, s.N, s.K, nullptr); }, 50);
             std::printf("[ info ] dense_linear %s M 1 (router gate): %.2f us, %.0f GB/s of weights\n", name.c_str(), us,
                         double(w.bytes()) / (us * 1e-6) * 1e-9);
         }

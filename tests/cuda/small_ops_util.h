@@ -102,10 +102,10 @@ inline std::vector<float> quant_rows(int64_t rows, int64_t dim, uint32_t seed) {
     return v;
 }
 
-// Mean time of one call of fn over reps calls after a warm-up, in microseconds, and the
-// bandwidth that moving `bytes` per call in that time means. Printed as information, never asserted.
+// Mean time of one call of fn (launches on the legacy stream) over reps back-to-back calls after
+// a warm-up, in microseconds. Information, never asserted.
 template <typename F>
-void print_timing(const std::string &what, double bytes, F &&fn, int reps = 100) {
+double time_us(F &&fn, int reps = 100) {
     fn();
     cudaEvent_t a, b;
     cudaEventCreate(&a);
@@ -118,7 +118,13 @@ void print_timing(const std::string &what, double bytes, F &&fn, int reps = 100)
     cudaEventElapsedTime(&ms, a, b);
     cudaEventDestroy(a);
     cudaEventDestroy(b);
-    const double us = 1e3 * ms / reps;
+    return 1e3 * ms / reps;
+}
+
+// time_us, printed with the bandwidth that moving `bytes` per call in that time means.
+template <typename F>
+void print_timing(const std::string &what, double bytes, F &&fn, int reps = 100) {
+    const double us = time_us(fn, reps);
     std::printf("[ time ] %s: %.2f us per call, %.0f GB/s for %.0f bytes\n", what.c_str(), us, bytes / us * 1e-3, bytes);
 }
 
