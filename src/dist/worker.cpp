@@ -41,6 +41,19 @@ std::string layer_list(const std::vector<int> &ls) {
 
 expert_worker::~expert_worker() = default;
 
+Result<std::optional<expert_worker::layer_slice>> expert_worker::slice_of(const LayerPlacement &lp, int rank,
+                                                                           const model::model_config &c, int align) {
+    auto it = std::find(lp.ranks.begin(), lp.ranks.end(), rank);
+    if (it == lp.ranks.end()) return std::optional<layer_slice>();
+    layer_slice ls;
+    ls.tp = lp.tp();
+    ls.tp_rank = int(it - lp.ranks.begin());
+    auto sl = tp_slice(c.moe_inter_dim, ls.tp, ls.tp_rank, align);
+    if (!sl) return Status(sl.status().code(), "worker: layer " + std::to_string(lp.layer) + ": " + sl.status().message());
+    ls.slice = *sl;
+    return std::optional<layer_slice>(std::move(ls));
+}
+
 Result<std::unique_ptr<expert_worker>> expert_worker::load(const std::string &model_dir, const Plan &plan, int rank,
                                                            int device) {
     DS41RT_RETURN_IF_ERROR(validate(plan));
@@ -73,14 +86,10 @@ Result<std::unique_ptr<expert_worker>> expert_worker::load(const std::string &mo
     const int align = expert_slice_align(c, *format);
     for (const LayerPlacement &lp : plan.layers) {
         if (!lp.remote) continue;
-        auto it = std::find(lp.ranks.begin(), lp.ranks.end(), rank);
-        if (it == lp.ranks.end()) continue;
-        layer_slice ls;
-        ls.tp = lp.tp();
-        ls.tp_rank = int(it - lp.ranks.begin());
-        auto sl = tp_slice(c.moe_inter_dim, ls.tp, ls.tp_rank, align);
-        if (!sl) return Status(sl.status().code(), "worker: layer " + std::to_string(lp.layer) + ": " + sl.status().message());
-        ls.slice = *sl;
+        auto held = slice_of(lp, rank, c, align);
+        if (!held) return held.status();
+        if (!*held) continue;  // not this rank's layer
+        layer_slice ls = std::move(**held);
         const std::string p = "layers." + std::to_string(lp.layer) + ".ffn.experts.";
         if (device >= 0) {
 #ifdef DS41RT_HAVE_CUDA
@@ -177,14 +186,10 @@ Result<std::unique_ptr<expert_worker>> expert_worker::load_dummy(const model::mo
     const int align = expert_slice_align(c, expert_format::OFFICIAL);
     for (const LayerPlacement &lp : plan.layers) {
         if (!lp.remote) continue;
-        auto it = std::find(lp.ranks.begin(), lp.ranks.end(), rank);
-        if (it == lp.ranks.end()) continue;
-        layer_slice ls;
-        ls.tp = lp.tp();
-        ls.tp_rank = int(it - lp.ranks.begin());
-        auto sl = tp_slice(c.moe_inter_dim, ls.tp, ls.tp_rank, align);
-        if (!sl) return Status(sl.status().code(), "worker: layer " + std::to_string(lp.layer) + ": " + sl.status().message());
-        ls.slice = *sl;
+        auto held = slice_of(lp, rank, c, align);
+        if (!held) return held.status();
+        if (!*held) continue;  // not this rank's layer
+        layer_slice ls = std::move(**held);
         std::vector<std::array<backend::cpu::dummy_tensor_desc, 3>> windows(size_t(c.n_routed_experts));
         const char *parts[3] = {"w1.weight", "w2.weight", "w3.weight"};
         for (int e = 0; e < c.n_routed_experts; e++)

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,10 @@ private:
         std::vector<backend::cpu::expert_weights> experts;
     };
     expert_worker() = default;
+    // This rank's TP slice of a remote layer lp (cut on align-channel blocks); empty when the
+    // layer is not this rank's. Both loaders (checkpoint and dummy) use it.
+    static Result<std::optional<layer_slice>> slice_of(const LayerPlacement &lp, int rank, const model::model_config &c,
+                                                       int align);
     frame_bytes answer_request(const frame_bytes &in);
     void serve_connection(std::unique_ptr<channel> ch, const std::atomic<bool> &stop);
     // NCCL_BOOTSTRAP on ch: answer it, then serve the NCCL data path until the link ends.
