@@ -20,6 +20,7 @@
 #include "dist/worker.h"
 #include "model/config.h"
 #include "model/synth.h"
+#include "tiny_synth.h"
 
 namespace ds41rt {
 namespace {
@@ -31,12 +32,7 @@ TEST(DummyWorker, SlicesAddUpToTheWholeExperts) {
     if (!dev) GTEST_SKIP() << dev.status().to_string();
     const fs::path dir = fs::temp_directory_path() / ("ds41rt_dummy_worker_test_" + std::to_string(getpid()));
     fs::remove_all(dir);
-    model::synth_options o;
-    o.seed = 3;
-    o.vocab_size = 512;
-    o.engram_vocab_size = 50;
-    o.moe_intermediate = 96;
-    o.mtp = false;
+    model::synth_options o = tiny_synth();
     ASSERT_TRUE(model::synthesize(dir.string(), o));
     auto cfg = model::load_config(dir.string());
     ASSERT_TRUE(cfg) << cfg.status().to_string();

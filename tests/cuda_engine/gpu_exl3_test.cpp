@@ -39,6 +39,7 @@
 #include "model/synth.h"
 #include "model/weights.h"
 #include "quantized_model.h"
+#include "tiny_synth.h"
 
 namespace ds41rt {
 namespace {
@@ -244,11 +245,7 @@ void expect_gpu_matches_cpu(const fs::path &dir, const std::vector<int32_t> &pro
 TEST(GpuWide, SynthesizedOfficialModelMatchesTheCpuEngine) {
     if (auto d = backend::cuda::query_device(0); !d) GTEST_SKIP() << d.status().to_string();
     const fs::path dir = fs::temp_directory_path() / ("ds41rt_gpu_wide_" + std::to_string(getpid()));
-    model::synth_options o;
-    o.seed = 3;
-    o.vocab_size = 512;
-    o.engram_vocab_size = 50;
-    o.mtp = false;
+    model::synth_options o = tiny_synth();
     o.dim = 128;
     o.moe_intermediate = 384;
     ASSERT_TRUE(model::synthesize(dir.string(), o));

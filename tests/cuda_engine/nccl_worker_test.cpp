@@ -37,6 +37,7 @@
 #include "experts/cuda/nccl_remote.h"
 #include "experts/from_plan.h"
 #include "model/synth.h"
+#include "tiny_synth.h"
 
 namespace ds41rt {
 namespace {
@@ -68,12 +69,7 @@ protected:
     static void SetUpTestSuite() {
         dir_ = fs::temp_directory_path() / ("ds41rt_nccl_worker_test_" + std::to_string(getpid()));
         fs::remove_all(dir_);
-        model::synth_options o;
-        o.seed = 3;
-        o.vocab_size = 512;
-        o.engram_vocab_size = 50;
-        o.moe_intermediate = 96;
-        o.mtp = false;
+        model::synth_options o = tiny_synth();
         Status st = model::synthesize(dir_.string(), o);
         ASSERT_TRUE(st) << st.to_string();
     }

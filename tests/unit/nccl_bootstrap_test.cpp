@@ -17,6 +17,7 @@
 #include "dist/worker.h"
 #include "experts/from_plan.h"
 #include "model/synth.h"
+#include "tiny_synth.h"
 
 namespace ds41rt {
 namespace {
@@ -42,12 +43,7 @@ dist::Plan tiny_plan(int port) {
 TEST(NcclBootstrap, WorkerRefusesStaleForeignAndCpuBootstraps) {
     const fs::path dir = fs::temp_directory_path() / ("ds41rt_nccl_bootstrap_test_" + std::to_string(getpid()));
     fs::remove_all(dir);
-    model::synth_options o;
-    o.seed = 3;
-    o.vocab_size = 512;
-    o.engram_vocab_size = 50;
-    o.moe_intermediate = 96;
-    o.mtp = false;
+    model::synth_options o = tiny_synth();
     ASSERT_TRUE(model::synthesize(dir.string(), o));
     auto l = dist::tcp_listener::listen("127.0.0.1:0");
     ASSERT_TRUE(l) << l.status().to_string();

@@ -21,6 +21,7 @@
 #include "model/catalog.h"
 #include "model/config.h"
 #include "model/synth.h"
+#include "tiny_synth.h"
 
 namespace ds41rt {
 
@@ -30,11 +31,7 @@ inline void make_quantized_model(const std::filesystem::path &dir, const std::st
     const bool exl3 = format == "exl3";
     const fs::path src = dir.string() + "_src";
     fs::remove_all(src);
-    model::synth_options o;
-    o.seed = 3;
-    o.vocab_size = 512;
-    o.engram_vocab_size = 50;
-    o.mtp = false;
+    model::synth_options o = tiny_synth();
     o.dim = exl3 ? 128 : 64;
     o.moe_intermediate = exl3 ? 384 : 96;
     ASSERT_TRUE(model::synthesize(src.string(), o));
