@@ -39,6 +39,25 @@ __global__ void scatter_add_kernel(float *acc, const float *y, const int32_t *id
     }
 }
 
+// Bytes: 4 (K + 1) per element (each route's row read once, acc written once); K adds. One
+// thread per (row, channel): its routes fold in the order pos lists them.
+__global__ void sum_routes_kernel(float *acc, const float *y, const int32_t *pos, const float *w, int64_t S, int K,
+                                  int64_t D, bool rb) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < S * D; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t t = i / D, d = i % D;
+        float a = 0.0f;
+        for (int k = 0; k < K; k++) {
+            const int32_t p = pos[t * K + k];
+            if (p < 0) continue;
+            float v = y[int64_t(p) * D + d];
+            if (rb) v = dev::round_bf16(v);
+            if (w) v = __fmul_rn(v, w[p]);
+            a = __fadd_rn(a, v);
+        }
+        acc[i] = a;
+    }
+}
+
 unsigned blocks_for(int64_t n) { return unsigned(n / 256 + 1 < 4096 ? n / 256 + 1 : 4096); }
 
 }  // namespace
@@ -68,6 +87,15 @@ Status scatter_add_rows(float *acc, const float *y, const int32_t *idx, const fl
                         bool round_bf16, cudaStream_t stream) {
     if (n <= 0) return Status::ok();
     scatter_add_kernel<<<blocks_for(n * D), 256, 0, stream>>>(acc, y, idx, weight, n, D, round_bf16);
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return Status::ok();
+}
+
+Status sum_routes(float *acc, const float *y, const int32_t *pos, const float *weight, int64_t S, int K, int64_t D,
+                  bool round_bf16, cudaStream_t stream) {
+    if (S <= 0) return Status::ok();
+    if (K <= 0 || !acc || !y || !pos) return Status::invalid_argument("sum_routes: K " + std::to_string(K) + " or a null pointer");
+    sum_routes_kernel<<<blocks_for(S * D), 256, 0, stream>>>(acc, y, pos, weight, S, K, D, round_bf16);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }

@@ -1,6 +1,6 @@
 // Elementwise steps between the model's ops: the OFFICIAL numerics' bf16 rounding of an
 // activation, the MoE output (routed sum + shared expert, one rounding), and the row gather /
-// scatter-add of the MoE prefill path (each expert's rows in, its outputs added back).
+// scatter-add / route sum of the MoE prefill paths (each expert's rows in, its outputs added back).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,5 +24,12 @@ Status gather_rows(const float *x, const int32_t *idx, int64_t n, int64_t D, flo
 // non-null (the MoE combine's steps, in that order). The idx of one call must be distinct.
 Status scatter_add_rows(float *acc, const float *y, const int32_t *idx, const float *weight, int64_t n, int64_t D,
                         bool round_bf16, cudaStream_t stream);
+
+// The MoE combine of a whole prefill in one launch: acc[t, :] = 0 + v_0 + v_1 + ... (fp32, in
+// that order) over the routes pos[t, 0..K) (rows of y, -1 = none), v = y[p, :] bf16-rounded when
+// round_bf16, times weight[p] when weight is non-null: the arithmetic of scatter_add_rows run
+// expert by expert on a zeroed acc, when pos lists each row's routes in increasing expert id.
+Status sum_routes(float *acc, const float *y, const int32_t *pos, const float *weight, int64_t S, int K, int64_t D,
+                  bool round_bf16, cudaStream_t stream);
 
 }  // namespace ds41rt::backend::cuda

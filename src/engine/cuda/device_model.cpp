@@ -1,18 +1,33 @@
 #include "engine/cuda/device_model.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/dense.cuh"
 #include "backend/cuda/dummy_fill.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/fake_quant.cuh"
+#include "backend/cuda/gemm_fp8.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/mhc.cuh"
 
 namespace ds41rt::engine::gpu {
 
 namespace cuda = backend::cuda;
+
+namespace {
+
+constexpr int64_t GEMV_MAX_ROWS = 16;  // the decode GEMV's rows per launch
+
+// Prefill products on the tensor cores (run_linears) unless DS41RT_PREFILL_GEMM=0, which keeps
+// the 16-row GEMV pieces (for comparing the two).
+bool prefill_gemm_default() {
+    const char *e = std::getenv("DS41RT_PREFILL_GEMM");
+    return !(e && std::string(e) == "0");
+}
+
+}  // namespace
 using backend::cpu::lin;
 
 dtemp::dtemp(size_t bytes, cudaStream_t s) : bytes_(bytes), s_(s) {
@@ -52,6 +67,7 @@ Result<std::unique_ptr<device_model>> device_model::make(std::shared_ptr<const m
     m->w_ = std::move(w);
     m->dev_ = dev.value();
     m->official_ = official;
+    m->prefill_gemm_ = prefill_gemm_default();
     DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(m->dev_.device));
     DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&m->stream_, cudaStreamNonBlocking));
     return m;
@@ -68,6 +84,7 @@ Result<std::unique_ptr<device_model>> device_model::make_dummy(model::model_conf
     m->seed_ = seed;
     m->dev_ = dev.value();
     m->official_ = official;
+    m->prefill_gemm_ = prefill_gemm_default();
     DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(m->dev_.device));
     DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&m->stream_, cudaStreamNonBlocking));
     return m;
@@ -507,12 +524,85 @@ Status device_model::run_linear(const dlinear &L, const float *x, float *y, int6
     return run_linears({{&L, x, y}}, M, cls);
 }
 
+cuda::gemv_matrix device_model::gemv_piece(const dlinear &L, const float *x, float *y, int64_t m0, int64_t M, bool quant_x,
+                                           lin cls) const {
+    cuda::gemv_matrix g;
+    g.w = L.w;
+    g.scale = L.scale;
+    g.fp4 = L.k == dlinear::kind::MXFP4;
+    g.block_out = L.bo;
+    g.block_in = L.bi;
+    g.N = L.N;
+    g.K = L.K;
+    g.x = x + m0 * L.K;
+    g.act_block = quant_x ? cfg_.fp8_block_in : 0;
+    g.y = y + m0 * L.N;
+    g.M = int(std::min<int64_t>(GEMV_MAX_ROWS, M - m0));
+    g.round_bf16_out = official_ && cls != lin::F32;  // fused: no separate round launch
+    return g;
+}
+
+Status device_model::run_gemv_pieces(const std::vector<cuda::gemv_matrix> &pieces) const {
+    // 24 matrices a launch (the kernel's parameter space).
+    constexpr size_t MATS = 24;
+    for (size_t j0 = 0; j0 < pieces.size(); j0 += MATS) {
+        const std::vector<cuda::gemv_matrix> mats(pieces.begin() + j0, pieces.begin() + std::min(pieces.size(), j0 + MATS));
+        auto plan = cuda::plan_gemv(dev_, mats);
+        if (!plan) return plan.status();
+        if (gemv_ws_.bytes() < plan->workspace_bytes) {
+            // Graphs captured earlier hold the old workspace: growing it while capturing would
+            // hand a graph-owned block to later eager steps, so a capture refuses instead
+            // (the caller runs a step eagerly first, which sizes it).
+            cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream_, &cs));
+            if (cs != cudaStreamCaptureStatusNone)
+                return Status::internal("GEMV workspace must grow while a graph is being captured");
+            gemv_ws_ = temp(plan->workspace_bytes * 2);
+            ws_gen_++;
+        }
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(gemv_ws_.as<void>(), 0, plan->workspace_bytes, stream_));
+        DS41RT_RETURN_IF_ERROR(cuda::run_gemv(plan.value(), gemv_ws_.as<void>(), stream_));
+    }
+    return Status::ok();
+}
+
+Status device_model::run_grouped(const std::vector<grouped_job> &jobs, lin cls) const {
+    const bool quant_x = official_ && (cls == lin::FP8 || cls == lin::FP4);
+    std::vector<cuda::gemv_matrix> pieces;
+    for (const grouped_job &j : jobs) {
+        if (j.L->k == dlinear::kind::DENSE) return Status::internal("run_grouped: a dense weight (GEMV classes only)");
+        for (int64_t m0 = 0; m0 < j.M; m0 += GEMV_MAX_ROWS) pieces.push_back(gemv_piece(*j.L, j.x, j.y, m0, j.M, quant_x, cls));
+    }
+    return run_gemv_pieces(pieces);
+}
+
 Status device_model::run_linears(const std::vector<linear_job> &jobs, int64_t M, lin cls) const {
     const bool quant_x = official_ && (cls == lin::FP8 || cls == lin::FP4);
     const int act_block = cfg_.fp8_block_in;
     std::vector<const linear_job *> gemv_jobs;
     for (const linear_job &j : jobs) {
         const dlinear &L = *j.L;
+        if (L.k == dlinear::kind::FP8 && quant_x && M > GEMV_MAX_ROWS && prefill_gemm_) {
+            // Prefill-shaped official products on the FP8 tensor cores: the weight read once for
+            // all rows, not once per 16-row GEMV piece. Another summation order than the GEMV's
+            // (rows of a prefill and of a decode step may differ in the last fp32 bit before the
+            // bf16 rounding), the same numerics class. Not MXFP4: its E4M3 decode pre-pass costs
+            // more than it saves at the tens of rows a routed expert gets (measured on the H200:
+            // 2048-token V4.1 prefill, routed experts 3.5 s with it, 0.67 s without).
+            cuda::gemm_fp8_args a;
+            a.x = j.x, a.M = int(M), a.K = L.K, a.act_block = act_block;
+            a.w = L.w, a.scale = L.scale, a.N = L.N;
+            a.block_out = L.bo, a.block_in = L.bi, a.y = j.y;
+            dtemp ws = temp(cuda::gemm_fp8_workspace_bytes(a));
+            const Status st = cuda::run_gemm_fp8(dev_, a, ws.as<void>(), stream_);
+            if (st.is_ok()) {
+                DS41RT_RETURN_IF_ERROR(cuda::round_bf16_inplace(j.y, M * L.N, stream_));
+                continue;
+            }
+            // A shape or alignment outside the GEMM's contract (refused before any launch): the
+            // GEMV pieces below serve it.
+            if (st.code() != status_code::NOT_SUPPORTED && st.code() != status_code::INVALID_ARGUMENT) return st;
+        }
         if (L.k != dlinear::kind::DENSE) {
             gemv_jobs.push_back(&j);
             continue;
@@ -528,44 +618,11 @@ Status device_model::run_linears(const std::vector<linear_job> &jobs, int64_t M,
         }
         DS41RT_RETURN_IF_ERROR(cuda::dense_linear(xin, L.wd, L.wd_bf16, j.y, M, L.N, L.K, stream_));
     }
-    // The GEMV takes 16 rows and 24 matrices a launch; longer inputs (prefill chunks) go in pieces.
-    constexpr size_t MATS = 24;
-    for (size_t j0 = 0; j0 < gemv_jobs.size(); j0 += MATS)
-        for (int64_t m0 = 0; m0 < M; m0 += 16) {
-            std::vector<cuda::gemv_matrix> mats;
-            for (size_t j = j0; j < std::min(gemv_jobs.size(), j0 + MATS); j++) {
-                const dlinear &L = *gemv_jobs[j]->L;
-                cuda::gemv_matrix g;
-                g.w = L.w;
-                g.scale = L.scale;
-                g.fp4 = L.k == dlinear::kind::MXFP4;
-                g.block_out = L.bo;
-                g.block_in = L.bi;
-                g.N = L.N;
-                g.K = L.K;
-                g.x = gemv_jobs[j]->x + m0 * L.K;
-                g.act_block = quant_x ? act_block : 0;
-                g.y = gemv_jobs[j]->y + m0 * L.N;
-                g.M = int(std::min<int64_t>(16, M - m0));
-                g.round_bf16_out = official_ && cls != lin::F32;  // fused: no separate round launch
-                mats.push_back(g);
-            }
-            auto plan = cuda::plan_gemv(dev_, mats);
-            if (!plan) return plan.status();
-            if (gemv_ws_.bytes() < plan->workspace_bytes) {
-                // Graphs captured earlier hold the old workspace: growing it while capturing would
-                // hand a graph-owned block to later eager steps, so a capture refuses instead
-                // (the caller runs a step eagerly first, which sizes it).
-                cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-                DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream_, &cs));
-                if (cs != cudaStreamCaptureStatusNone)
-                    return Status::internal("GEMV workspace must grow while a graph is being captured");
-                gemv_ws_ = temp(plan->workspace_bytes * 2);
-                ws_gen_++;
-            }
-            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(gemv_ws_.as<void>(), 0, plan->workspace_bytes, stream_));
-            DS41RT_RETURN_IF_ERROR(cuda::run_gemv(plan.value(), gemv_ws_.as<void>(), stream_));
-        }
+    // The GEMV takes 16 rows a matrix; longer inputs (prefill chunks) go in pieces.
+    std::vector<cuda::gemv_matrix> pieces;
+    for (int64_t m0 = 0; m0 < M; m0 += GEMV_MAX_ROWS)
+        for (const linear_job *j : gemv_jobs) pieces.push_back(gemv_piece(*j->L, j->x, j->y, m0, M, quant_x, cls));
+    DS41RT_RETURN_IF_ERROR(run_gemv_pieces(pieces));
     // The GEMV rounded its outputs itself (round_bf16_out); only the dense jobs need the pass.
     if (official_ && cls != lin::F32)
         for (const linear_job &j : jobs)

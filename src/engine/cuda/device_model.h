@@ -27,6 +27,10 @@
 #include "model/dummy_weights.h"
 #include "model/weights.h"
 
+namespace ds41rt::backend::cuda {
+struct gemv_matrix;
+}
+
 namespace ds41rt::engine::gpu {
 
 // A stream-ordered device temporary (cudaMallocAsync / cudaFreeAsync on the model's stream): the
@@ -138,13 +142,26 @@ public:
     // to bf16 for every class but F32. x and y are device arrays.
     Status run_linear(const dlinear &L, const float *x, float *y, int64_t M, backend::cpu::lin cls) const;
     // Several linears of one class over M rows each, their FP8 / MXFP4 products in one GEMV
-    // launch per 16 rows (projections that share an input, the groups of a grouped projection).
+    // launch per 16 rows (projections that share an input, the groups of a grouped projection);
+    // in OFFICIAL numerics, FP8 weights over more than 16 rows (prefill) go to the tensor-core
+    // GEMM (backend/cuda gemm_fp8) instead, one launch per weight (DS41RT_PREFILL_GEMM=0: GEMV
+    // pieces).
     struct linear_job {
         const dlinear *L;
         const float *x;
         float *y;
     };
     Status run_linears(const std::vector<linear_job> &jobs, int64_t M, backend::cpu::lin cls) const;
+    // FP8 / MXFP4 linears of one class, each over its own M rows (the routed experts of a
+    // prefill, each with its rows): the GEMV in 16-row pieces, up to 24 pieces of any of them a
+    // launch, so a layer's experts take a few launches, not a few per expert.
+    struct grouped_job {
+        const dlinear *L;
+        const float *x;
+        float *y;
+        int64_t M;
+    };
+    Status run_grouped(const std::vector<grouped_job> &jobs, backend::cpu::lin cls) const;
     Status to_host(void *host, const void *dev, size_t bytes) const;  // synchronises the stream
     Status to_host_pair(void *h1, const void *d1, size_t b1, void *h2, const void *d2, size_t b2) const;  // one sync
     Status to_device(void *dev, const void *host, size_t bytes) const;  // stream-ordered, no sync
@@ -170,6 +187,10 @@ private:
     Result<void *> alloc(size_t bytes);
     Result<const uint8_t *> bytes(const std::string &name);  // a checkpoint tensor's stored bytes
     Result<const model::dummy_tensor *> dummy(const std::string &name) const;
+    // Rows [m0, m0 + 16) of x [M, K] through L as one GEMV matrix, and launches of such pieces.
+    backend::cuda::gemv_matrix gemv_piece(const dlinear &L, const float *x, float *y, int64_t m0, int64_t M, bool quant_x,
+                                          backend::cpu::lin cls) const;
+    Status run_gemv_pieces(const std::vector<backend::cuda::gemv_matrix> &pieces) const;
     // Fills a dummy tensor (or its first `rows` rows) on the device, as `as` when given.
     Status fill(const model::dummy_tensor &t, int64_t rows, void **w, void **scale, int as_format = -1);
 
@@ -185,6 +206,7 @@ private:
     size_t resident_ = 0;
     mutable dtemp gemv_ws_;  // GEMV split-K workspace, grown on demand, zeroed before each plan
     mutable uint64_t ws_gen_ = 0;
+    bool prefill_gemm_ = true;  // official FP8 products of more than 16 rows on backend/cuda gemm_fp8
 };
 
 }  // namespace ds41rt::engine::gpu

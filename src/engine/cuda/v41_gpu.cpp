@@ -52,6 +52,7 @@
 #include "engine/cuda/key_lists.h"
 #include "engine/cuda/section_timer.h"
 #include "engine/cuda/routed_decode.h"
+#include "engine/cuda/routed_prefill.h"
 #include "engine/cuda/step_bufs.h"
 #include "engine/cuda/step_rows.h"
 #include "engine/engram_hash.h"
@@ -601,54 +602,6 @@ private:
         return m_->run_linear(L.sw2, g.f(), sh, S, lin::FP8);
     }
 
-    // The routed experts of a long input (prefill): each expert reads its weights once for all of
-    // its rows (16-row GEMV pieces of that expert), where the decode kernels would read every
-    // selected expert once per 16 rows. Experts run in increasing id and each adds its rows'
-    // outputs into acc, so every row sums its routes in increasing expert id with the rounding
-    // points of routed_expert_sum (bf16 outputs in OFFICIAL before the add; the route weight
-    // before w2, or after it when the numerics say so), as the decode kernels do.
-    Status routed_prefill(const layer_dev &L, const float *x, int64_t S, const backend::cpu::route_table &rt,
-                          float *acc) const {
-        const int64_t D = c_.dim, I = L.moe.I, E = c_.n_routed_experts;
-        std::vector<std::vector<std::pair<int32_t, float>>> by_expert(static_cast<size_t>(E));
-        for (int64_t r = 0; r < S; r++)
-            for (uint32_t i = rt.offsets[size_t(r)]; i < rt.offsets[size_t(r) + 1]; i++)
-                by_expert[rt.routes[i].expert].push_back({int32_t(r), rt.routes[i].weight});
-        std::vector<int32_t> idx;
-        std::vector<float> wts;
-        std::vector<size_t> first(static_cast<size_t>(E) + 1, 0);
-        for (int64_t e = 0; e < E; e++) {
-            for (auto &[r, w] : by_expert[size_t(e)]) idx.push_back(r), wts.push_back(w);
-            first[size_t(e) + 1] = idx.size();
-        }
-        auto idx_d = m_->upload_temp(idx.data(), idx.size() * sizeof(int32_t));
-        auto w_d = m_->upload_temp(wts.data(), wts.size() * sizeof(float));
-        if (!idx_d) return idx_d.status();
-        if (!w_d) return w_d.status();
-        DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, size_t(S * D) * sizeof(float), st()));
-        const bool after = L.moe.weight_after_w2;
-        for (int64_t e = 0; e < E; e++) {
-            const int64_t n = int64_t(first[size_t(e) + 1] - first[size_t(e)]);
-            if (n == 0) continue;
-            const cuda::moe_expert &me = L.moe.experts[size_t(e)];
-            dlinear w1, w3, w2;
-            w1.k = w3.k = w2.k = dlinear::kind::MXFP4;
-            w1.w = me.w1, w1.scale = me.w1_scale, w3.w = me.w3, w3.scale = me.w3_scale;
-            w1.N = w3.N = int(I), w1.K = w3.K = int(D);
-            w2.w = me.w2, w2.scale = me.w2_scale, w2.N = int(D), w2.K = int(I);
-            const int32_t *ix = idx_d->as<int32_t>() + first[size_t(e)];
-            const float *wt = w_d->as<float>() + first[size_t(e)];
-            dtemp xg = m_->temp_f32(n * D), g = m_->temp_f32(n * I), u = m_->temp_f32(n * I), ye = m_->temp_f32(n * D);
-            DS41RT_RETURN_IF_ERROR(cuda::gather_rows(x, ix, n, D, xg.f(), st()));
-            DS41RT_RETURN_IF_ERROR(m_->run_linears({{&w1, xg.f(), g.f()}, {&w3, xg.f(), u.f()}}, n, lin::FP4));
-            DS41RT_RETURN_IF_ERROR(
-                cuda::swiglu_rows(g.f(), u.f(), after ? nullptr : wt, g.f(), n, I, c_.swiglu_limit, official_, st()));
-            DS41RT_RETURN_IF_ERROR(m_->run_linear(w2, g.f(), ye.f(), n, lin::FP4));
-            DS41RT_RETURN_IF_ERROR(cuda::scatter_add_rows(acc, ye.f(), ix, after ? wt : nullptr, n, D, official_, st()));
-        }
-        return Status::ok();
-    }
-
     // The router (spec 4.10) on the device: ids [S, K] int32 and weights [S, K] in pick order.
     Status route(const layer_dev &L, const float *x, int64_t S, dtemp *ids, dtemp *wts) const {
         const int64_t E = c_.n_routed_experts, K = c_.n_activated_experts;
@@ -665,22 +618,8 @@ private:
         return cuda::route_topk(logits.f(), L.gate_bias, S, rp, ids->as<int32_t>(), wts->f(), st());
     }
 
-    // The routes on the host, for the paths that plan there (prefill, remote layers): one
-    // synchronisation. A dropped pick (id -1) is left out, as the host router leaves it.
     Result<backend::cpu::route_table> routes_to_host(const dtemp &ids, const dtemp &wts, int64_t S) const {
-        const int64_t K = c_.n_activated_experts;
-        std::vector<int32_t> ih(static_cast<size_t>(S * K));
-        std::vector<float> wh(static_cast<size_t>(S * K));
-        DS41RT_RETURN_IF_ERROR(m_->to_host_pair(ih.data(), ids.as<void>(), ih.size() * sizeof(int32_t), wh.data(),
-                                                wts.as<void>(), wh.size() * sizeof(float)));
-        backend::cpu::route_table rt;
-        rt.offsets.push_back(0);
-        for (int64_t r = 0; r < S; r++) {
-            for (int64_t j = 0; j < K; j++)
-                if (ih[size_t(r * K + j)] >= 0) rt.routes.push_back({uint32_t(ih[size_t(r * K + j)]), wh[size_t(r * K + j)]});
-            rt.offsets.push_back(uint32_t(rt.routes.size()));
-        }
-        return rt;
+        return gpu::routes_to_host(*m_, ids.as<int32_t>(), wts.f(), S, int(c_.n_activated_experts));
     }
 
     // Whether a layer's MoE runs without the host at S rows (so it can be part of a graph):
@@ -718,7 +657,7 @@ private:
         } else if (S > cuda::MOE_MAX_ROWS && L.moe.nvfp4_experts.empty()) {
             auto rt = routes_to_host(ids, wts, S);
             if (!rt) return rt.status();
-            DS41RT_RETURN_IF_ERROR(routed_prefill(L, x, S, rt.value(), acc.f()));
+            DS41RT_RETURN_IF_ERROR(routed_prefill(*m_, L.moe, x, S, rt.value(), int(c_.n_activated_experts), acc.f()));
         } else {
             DS41RT_RETURN_IF_ERROR(
                 routed_.run(*m_, layer, L.moe, x, ids.as<int32_t>(), wts.f(), S, int(K), acc.f()));

@@ -44,6 +44,7 @@
 #include "engine/cuda/key_lists.h"
 #include "engine/cuda/section_timer.h"
 #include "engine/cuda/routed_decode.h"
+#include "engine/cuda/routed_prefill.h"
 #include "engine/cuda/step_bufs.h"
 #include "engine/cuda/step_rows.h"
 #include "engine/cuda/v4_compressor.h"
@@ -558,7 +559,13 @@ private:
         end();
         begin("moe.routed");
         dtemp acc = m_->temp_f32(S * D);
-        DS41RT_RETURN_IF_ERROR(routed_.run(*m_, layer, L.moe, x, ids.as<int32_t>(), wts.f(), S, int(K), acc.f()));
+        if (S > cuda::MOE_MAX_ROWS && L.moe.nvfp4_experts.empty()) {  // prefill: each expert once per 16 of its rows
+            auto rt = routes_to_host(*m_, ids.as<int32_t>(), wts.f(), S, int(K));
+            if (!rt) return rt.status();
+            DS41RT_RETURN_IF_ERROR(routed_prefill(*m_, L.moe, x, S, rt.value(), int(K), acc.f()));
+        } else {
+            DS41RT_RETURN_IF_ERROR(routed_.run(*m_, layer, L.moe, x, ids.as<int32_t>(), wts.f(), S, int(K), acc.f()));
+        }
         end();
         // The shared expert, then one rounding of the fp32 sum (OFFICIAL: bf16 MoE output).
         begin("moe.shared");

@@ -1,0 +1,94 @@
+#include "engine/cuda/routed_prefill.h"
+
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_status.h"
+#include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/swiglu.cuh"
+
+namespace ds41rt::engine::gpu {
+
+namespace cuda = backend::cuda;
+using backend::cpu::lin;
+
+Result<backend::cpu::route_table> routes_to_host(const device_model &m, const int32_t *ids, const float *wts, int64_t S,
+                                                 int K) {
+    std::vector<int32_t> ih(static_cast<size_t>(S * K));
+    std::vector<float> wh(static_cast<size_t>(S * K));
+    DS41RT_RETURN_IF_ERROR(m.to_host_pair(ih.data(), ids, ih.size() * sizeof(int32_t), wh.data(), wts, wh.size() * sizeof(float)));
+    backend::cpu::route_table rt;
+    rt.offsets.push_back(0);
+    for (int64_t r = 0; r < S; r++) {
+        for (int64_t j = 0; j < K; j++)
+            if (ih[size_t(r * K + j)] >= 0) rt.routes.push_back({uint32_t(ih[size_t(r * K + j)]), wh[size_t(r * K + j)]});
+        rt.offsets.push_back(uint32_t(rt.routes.size()));
+    }
+    return rt;
+}
+
+Status routed_prefill(const device_model &m, const cuda::moe_layer &moe, const float *x, int64_t S,
+                  const backend::cpu::route_table &rt, int K, float *acc) {
+    const int64_t D = moe.D, I = moe.I, E = int64_t(moe.experts.size());
+    const bool official = m.official();
+    cudaStream_t st = m.stream();
+    std::vector<std::vector<std::pair<int32_t, float>>> by_expert(static_cast<size_t>(E));
+    for (int64_t r = 0; r < S; r++)
+        for (uint32_t i = rt.offsets[size_t(r)]; i < rt.offsets[size_t(r) + 1]; i++) {
+            if (int64_t(rt.routes[i].expert) >= E)
+                return Status::internal("routed prefill: expert " + std::to_string(rt.routes[i].expert) + " of " + std::to_string(E));
+            by_expert[rt.routes[i].expert].push_back({int32_t(r), rt.routes[i].weight});
+        }
+    // The routes sorted by expert (idx: their rows, wts: their weights); pos: each row's
+    // routes in that order, which is increasing expert id (the combine's order).
+    std::vector<int32_t> idx, pos(static_cast<size_t>(S * K), -1), filled(static_cast<size_t>(S), 0);
+    std::vector<float> wts;
+    std::vector<int64_t> first(static_cast<size_t>(E) + 1, 0);
+    for (int64_t e = 0; e < E; e++) {
+        for (auto &[r, w] : by_expert[size_t(e)]) {
+            if (filled[size_t(r)] >= K) return Status::internal("routed prefill: a row with more than K routes");
+            pos[size_t(r * K + filled[size_t(r)]++)] = int32_t(idx.size());
+            idx.push_back(r), wts.push_back(w);
+        }
+        first[size_t(e) + 1] = int64_t(idx.size());
+    }
+    const int64_t R = int64_t(idx.size());
+    if (R == 0) {
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc, 0, size_t(S * D) * sizeof(float), st));
+        return Status::ok();
+    }
+    auto idx_d = m.upload_temp(idx.data(), idx.size() * sizeof(int32_t));
+    auto w_d = m.upload_temp(wts.data(), wts.size() * sizeof(float));
+    auto pos_d = m.upload_temp(pos.data(), pos.size() * sizeof(int32_t));
+    if (!idx_d) return idx_d.status();
+    if (!w_d) return w_d.status();
+    if (!pos_d) return pos_d.status();
+    // Every expert's rows at once: one gather, the GEMVs of all experts in shared launches
+    // (each expert's weights read once per 16 of its rows), one SwiGLU, one combine.
+    const bool after = moe.weight_after_w2;
+    std::vector<dlinear> ws(static_cast<size_t>(3 * E));
+    std::vector<device_model::grouped_job> up, down;
+    dtemp xg = m.temp_f32(R * D), g = m.temp_f32(R * I), u = m.temp_f32(R * I), ye = m.temp_f32(R * D);
+    for (int64_t e = 0; e < E; e++) {
+        const int64_t n = first[size_t(e) + 1] - first[size_t(e)];
+        if (n == 0) continue;
+        const cuda::moe_expert &me = moe.experts[size_t(e)];
+        dlinear &w1 = ws[size_t(3 * e)], &w3 = ws[size_t(3 * e + 1)], &w2 = ws[size_t(3 * e + 2)];
+        w1.k = w3.k = w2.k = dlinear::kind::MXFP4;
+        w1.w = me.w1, w1.scale = me.w1_scale, w3.w = me.w3, w3.scale = me.w3_scale;
+        w1.N = w3.N = int(I), w1.K = w3.K = int(D);
+        w2.w = me.w2, w2.scale = me.w2_scale, w2.N = int(D), w2.K = int(I);
+        const int64_t f = first[size_t(e)];
+        up.push_back({&w1, xg.f() + f * D, g.f() + f * I, n});
+        up.push_back({&w3, xg.f() + f * D, u.f() + f * I, n});
+        down.push_back({&w2, g.f() + f * I, ye.f() + f * D, n});
+    }
+    DS41RT_RETURN_IF_ERROR(cuda::gather_rows(x, idx_d->as<int32_t>(), R, D, xg.f(), st));
+    DS41RT_RETURN_IF_ERROR(m.run_grouped(up, lin::FP4));
+    DS41RT_RETURN_IF_ERROR(
+        cuda::swiglu_rows(g.f(), u.f(), after ? nullptr : w_d->f(), g.f(), R, I, moe.swiglu_limit, official, st));
+    DS41RT_RETURN_IF_ERROR(m.run_grouped(down, lin::FP4));
+    return cuda::sum_routes(acc, ye.f(), pos_d->as<int32_t>(), after ? w_d->f() : nullptr, S, int(K), D, official, st);
+}
+
+}  // namespace ds41rt::engine::gpu
