@@ -192,8 +192,7 @@ int run_bench_remote(const bench_remote_args &a, const std::string &command_line
                 Status st;
                 for (int i = 0; i < a.iters + 5 && st; i++) {
                     const auto t0 = clock::now();
-                    st = r.enqueue(first_remote, nm, x, ids, w, rows, int(c.n_activated_experts), acc, s);
-                    if (st) st = r.wait();
+                    st = r.run(first_remote, nm, x, ids, w, rows, int(c.n_activated_experts), acc, s);
                     if (i >= 5) us.push_back(us_since(t0));
                 }
                 cudaStreamDestroy(s);
@@ -227,27 +226,35 @@ int run_bench_remote(const bench_remote_args &a, const std::string &command_line
             return v;
         };
         std::vector<Tensor> out;
+        // NCCL layers are part of the captured step; the same run with graphs off shows what
+        // that is worth (TCP layers always run eagerly).
+        for (const bool graphs : t == "nccl" ? std::vector<bool>{true, false} : std::vector<bool>{true})
         for (int C : ints(a.rows)) {
+            eng.set_cuda_graphs(graphs);
+            const std::string label = t == "nccl" ? (graphs ? "nccl, in the graphs" : "nccl, graphs off") : t;
             std::vector<engine::step_input> in;
             for (int i = 0; i < C; i++) {
                 in.push_back({eng.create_sequence(), tokens(a.context)});
                 Status st = eng.step({in.back()}, &out);
                 if (!st) return fmt::print(stderr, "bench-remote: {} prefill: {}\n", t, st.to_string()), 1;
             }
-            for (auto &s : in) s.tokens = tokens(1);
-            Status st = eng.step(in, &out);  // warm-up
-            if (!st) return fmt::print(stderr, "bench-remote: {} decode: {}\n", t, st.to_string()), 1;
+            Status st;
+            for (int w = 0; w < 2 && st; w++) {  // warm-up: the first step sizes the workspaces, the second captures
+                for (auto &s : in) s.tokens = tokens(1);
+                st = eng.step(in, &out);
+            }
+            if (!st) return fmt::print(stderr, "bench-remote: {} decode: {}\n", label, st.to_string()), 1;
             const auto d0 = clock::now();
             for (int k = 0; k < a.decode_steps; k++) {
                 for (auto &s : in) s.tokens = tokens(1);
                 st = eng.step(in, &out);
-                if (!st) return fmt::print(stderr, "bench-remote: {} decode: {}\n", t, st.to_string()), 1;
+                if (!st) return fmt::print(stderr, "bench-remote: {} decode: {}\n", label, st.to_string()), 1;
             }
             const double ms = us_since(d0) / 1e3 / a.decode_steps;
-            j["decode"].push_back({{"transport", t}, {"concurrency", C}, {"ms_per_step", ms}, {"tok_s", C * 1e3 / ms},
-                                   {"load_s", load_s}});
+            j["decode"].push_back({{"transport", label}, {"cuda_graphs", graphs}, {"concurrency", C}, {"ms_per_step", ms},
+                                   {"tok_s", C * 1e3 / ms}, {"load_s", load_s}});
             fmt::print(stderr, "bench-remote: {} decode C{}: {:.2f} ms per step, {:.1f} tok/s ({} of {} layers remote)\n",
-                       t, C, ms, C * 1e3 / ms, n_remote, plan->num_layers);
+                       label, C, ms, C * 1e3 / ms, n_remote, plan->num_layers);
             for (auto &s : in) eng.free_sequence(s.seq);
         }
     }

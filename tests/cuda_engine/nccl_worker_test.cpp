@@ -7,8 +7,9 @@
 //    the same greedy continuation: the TP2 partials sum each expert's intermediate channels in
 //    two pieces (the slices) where the local kernels sum them at once, so fp32 rounding differs
 //    in the last bits (gpu_worker_test measures ~1e-6 for the same split over TCP);
-//  - faults: a stalled worker (SIGSTOP) makes the step UNAVAILABLE naming the layer within the
-//    layout's timeout; a worker killed mid-request (SIGKILL while the request waits on it) makes
+//  - the remote layers inside the captured step graphs give the bits of eager steps;
+//  - faults, on replayed steps: a stalled worker (SIGSTOP) makes the step UNAVAILABLE naming the
+//    layer within the layout's timeout; a worker killed mid-request (SIGKILL while the request waits on it) makes
 //    it UNAVAILABLE well before that timeout (its control channel closes); after the worker is
 //    restarted, service resumes with the same logits;
 //  - the exchange itself (experts/cuda/nccl_remote, no engine): a layer the worker does not hold
@@ -194,6 +195,38 @@ TEST_F(NcclWorkers, LogitsMatchTheSingleGpuRun) {
     EXPECT_EQ(gc, gb);
 }
 
+// The remote layers inside the captured step graphs (headers staged by the host each step,
+// faults watched at the step's synchronisation) against the same engine launching every kernel
+// eagerly with a host wait per remote layer: the same bits.
+TEST_F(NcclWorkers, GraphedStepsEqualEagerSteps) {
+    auto e = open(true, 10000);
+    ASSERT_TRUE(e) << e.status().to_string();
+    std::vector<float> graphed, eager;
+    std::vector<int32_t> gg, ge;
+    Status st = run(**e, &graphed, &gg);
+    ASSERT_TRUE(st) << st.to_string();
+    std::vector<float> again;
+    std::vector<int32_t> ga;
+    const auto t0 = clk::now();
+    st = run(**e, &again, &ga);  // every decode step of this run replays graphs
+    ASSERT_TRUE(st) << st.to_string();
+    const double graphed_ms = std::chrono::duration<double, std::milli>(clk::now() - t0).count();
+    (*e)->set_cuda_graphs(false);
+    const auto t1 = clk::now();
+    st = run(**e, &eager, &ge);
+    ASSERT_TRUE(st) << st.to_string();
+    const double eager_ms = std::chrono::duration<double, std::milli>(clk::now() - t1).count();
+    ASSERT_EQ(graphed.size(), eager.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < graphed.size(); i++) differ += graphed[i] != eager[i] || again[i] != eager[i];
+    std::printf("[ nccl worker ] NCCL layers in the graphs vs eager: %zu of %zu logits differ; 5 steps %.2f ms "
+                "graphed, %.2f ms eager (info)\n",
+                differ, graphed.size(), graphed_ms, eager_ms);
+    EXPECT_EQ(differ, 0u);
+    EXPECT_EQ(gg, ge);
+    EXPECT_EQ(ga, ge);
+}
+
 TEST_F(NcclWorkers, StalledAndKilledWorkersFailCleanlyAndServiceResumes) {
     std::vector<float> ref;
     std::vector<int32_t> gref;
@@ -219,7 +252,19 @@ TEST_F(NcclWorkers, StalledAndKilledWorkersFailCleanlyAndServiceResumes) {
         *secs = std::chrono::duration<double>(clk::now() - t0).count();
     };
 
+    // The faults below hit replayed steps (the remote layers inside the captured graphs): two
+    // clean steps of the same row count first, one eager (sizes the workspaces), one captured.
+    auto warm = [&] {
+        for (int i = 0; i < 2; i++) {
+            Status ok;
+            double t = 0;
+            one_step(&ok, &t);
+            ASSERT_TRUE(ok) << ok.to_string();
+        }
+    };
+
     // Stall: worker 1 stops answering; the exchange times out and names it.
+    warm();
     ASSERT_EQ(kill(pids_[1], SIGSTOP), 0);
     Status st;
     double secs = 0;
@@ -241,6 +286,7 @@ TEST_F(NcclWorkers, StalledAndKilledWorkersFailCleanlyAndServiceResumes) {
         Status ok = run(**e, &l, &g);
         ASSERT_TRUE(ok) << ok.to_string();
     }
+    warm();
     ASSERT_EQ(kill(pids_[0], SIGSTOP), 0);
     std::thread killer([pid = pids_[0]] {
         std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -299,9 +345,8 @@ TEST_F(NcclWorkers, AStatusWordIsAnErrorNamingItsReason) {
     {
         experts::nccl_remote r(layout, D, 0);
         backend::cpu::expert_numerics nm;
-        Status st = r.enqueue(0, nm, static_cast<float *>(xd), static_cast<int32_t *>(idd), static_cast<float *>(wd),
+        Status st = r.run(0, nm, static_cast<float *>(xd), static_cast<int32_t *>(idd), static_cast<float *>(wd),
                               rows, K, static_cast<float *>(acc), s);
-        if (st) st = r.wait();
         std::printf("[ nccl worker ] layer not held: %s\n", st.to_string().c_str());
         ASSERT_FALSE(st);
         EXPECT_EQ(st.code(), status_code::UNAVAILABLE);
@@ -310,9 +355,8 @@ TEST_F(NcclWorkers, AStatusWordIsAnErrorNamingItsReason) {
 
         ASSERT_EQ(cudaMemset(acc, 0xff, x.size() * 4), cudaSuccess);  // NaN poison
         const auto t0 = clk::now();
-        st = r.enqueue(2, nm, static_cast<float *>(xd), static_cast<int32_t *>(idd), static_cast<float *>(wd), rows, K,
+        st = r.run(2, nm, static_cast<float *>(xd), static_cast<int32_t *>(idd), static_cast<float *>(wd), rows, K,
                        static_cast<float *>(acc), s);
-        if (st) st = r.wait();
         ASSERT_TRUE(st) << st.to_string();
         const double first_ms = std::chrono::duration<double, std::milli>(clk::now() - t0).count();
         std::vector<float> got(x.size());
@@ -326,10 +370,9 @@ TEST_F(NcclWorkers, AStatusWordIsAnErrorNamingItsReason) {
         std::vector<double> us;
         for (int i = 0; i < 50; i++) {
             const auto t1 = clk::now();
-            st = r.enqueue(2, nm, static_cast<float *>(xd), static_cast<int32_t *>(idd), static_cast<float *>(wd), rows,
+            st = r.run(2, nm, static_cast<float *>(xd), static_cast<int32_t *>(idd), static_cast<float *>(wd), rows,
                            K, static_cast<float *>(acc), s);
-            if (st) st = r.wait();
-            ASSERT_TRUE(st) << st.to_string();
+                ASSERT_TRUE(st) << st.to_string();
             us.push_back(std::chrono::duration<double, std::micro>(clk::now() - t1).count());
         }
         std::sort(us.begin(), us.end());

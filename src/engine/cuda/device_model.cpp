@@ -1,7 +1,9 @@
 #include "engine/cuda/device_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/dense.cuh"
@@ -92,6 +94,7 @@ Result<std::unique_ptr<device_model>> device_model::make_dummy(model::model_conf
 
 device_model::~device_model() {
     if (stream_) cudaStreamSynchronize(stream_);
+    if (sync_ev_) cudaEventDestroy(sync_ev_);
     gemv_ws_ = dtemp();
     for (void *p : blocks_) cudaFree(p);
     if (stream_) cudaStreamDestroy(stream_);
@@ -426,10 +429,35 @@ Result<const uint16_t *> device_model::bf16_table(const std::string &name) {
     return static_cast<const uint16_t *>(p.value());
 }
 
+Status device_model::sync() const {
+    if (!watch_.waiting) {
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+        return Status::ok();
+    }
+    if (!sync_ev_) DS41RT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&sync_ev_, cudaEventDisableTiming));
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaEventRecord(sync_ev_, stream_));
+    for (uint64_t spin = 0;; spin++) {
+        const cudaError_t e = cudaEventQuery(sync_ev_);
+        if (e == cudaSuccess) break;
+        if (e != cudaErrorNotReady) return backend::cuda::cuda_status(e, "stream sync", __FILE__, __LINE__);
+        if (Status st = watch_.waiting(); !st) {
+            // The watch aborted what the stream waited on: its kernels end; let it drain, bounded,
+            // before anyone reuses the step's buffers.
+            const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+            cudaError_t q;
+            while ((q = cudaEventQuery(sync_ev_)) == cudaErrorNotReady && std::chrono::steady_clock::now() < until)
+                std::this_thread::sleep_for(std::chrono::microseconds(100));
+            if (q == cudaErrorNotReady) return Status(st.code(), st.message() + " (the stream did not drain within 5 s)");
+            return st;
+        }
+        if (spin > 20000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    return watch_.drained ? watch_.drained() : Status::ok();
+}
+
 Status device_model::to_host(void *host, const void *dev, size_t bytes) const {
     DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream_));
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    return Status::ok();
+    return sync();
 }
 
 Status device_model::to_device(void *dev, const void *host, size_t bytes) const {
@@ -516,8 +544,7 @@ Status device_model::grouped_output(const dlinear &wo_a, const dlinear &wo_b, co
 Status device_model::to_host_pair(void *h1, const void *d1, size_t b1, void *h2, const void *d2, size_t b2) const {
     DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h1, d1, b1, cudaMemcpyDeviceToHost, stream_));
     DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h2, d2, b2, cudaMemcpyDeviceToHost, stream_));
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    return Status::ok();
+    return sync();
 }
 
 Status device_model::run_linear(const dlinear &L, const float *x, float *y, int64_t M, lin cls) const {

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -162,6 +163,16 @@ public:
         int64_t M;
     };
     Status run_grouped(const std::vector<grouped_job> &jobs, backend::cpu::lin cls) const;
+    // What a synchronisation watches besides the stream: work on it that waits on others (a
+    // remote layer's NCCL exchange, experts/cuda/nccl_remote). waiting() is polled while the
+    // stream is busy, drained() called once it is idle; an error from either ends the
+    // synchronisation with that error, after a bounded wait for the stream to drain (the
+    // watch's failure path aborts what the stream waits on). Without a watch: a plain sync.
+    struct sync_watch {
+        std::function<Status()> waiting, drained;
+    };
+    void set_sync_watch(sync_watch w) { watch_ = std::move(w); }
+    Status sync() const;
     Status to_host(void *host, const void *dev, size_t bytes) const;  // synchronises the stream
     Status to_host_pair(void *h1, const void *d1, size_t b1, void *h2, const void *d2, size_t b2) const;  // one sync
     Status to_device(void *dev, const void *host, size_t bytes) const;  // stream-ordered, no sync
@@ -207,6 +218,8 @@ private:
     mutable dtemp gemv_ws_;  // GEMV split-K workspace, grown on demand, zeroed before each plan
     mutable uint64_t ws_gen_ = 0;
     bool prefill_gemm_ = true;  // official FP8 products of more than 16 rows on backend/cuda gemm_fp8
+    sync_watch watch_;
+    mutable cudaEvent_t sync_ev_ = nullptr;
 };
 
 }  // namespace ds41rt::engine::gpu

@@ -22,17 +22,18 @@ step_bufs make_step_bufs(const device_model &m, int64_t S) {
     return b;
 }
 
-step_bucket *step_buckets::get(const device_model &m, int64_t S, int64_t max_rows) {
+step_bucket *step_buckets::get(const device_model &m, int64_t S, int64_t max_rows, uint64_t links_gen) {
     if (!on_ || S > max_rows) return nullptr;
     auto &slot = by_rows_[S];
     if (!slot) {
         slot = std::make_unique<step_bucket>(m.stream());
         slot->b = make_step_bufs(m, S);
     }
-    if (slot->ws_gen != m.workspace_generation()) {
+    if (slot->ws_gen != m.workspace_generation() || slot->links_gen != links_gen) {
         slot->graphs.clear();
         slot->warm = false;
         slot->ws_gen = m.workspace_generation();
+        slot->links_gen = links_gen;
     }
     return slot.get();
 }

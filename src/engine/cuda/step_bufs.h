@@ -28,7 +28,8 @@ struct step_bucket {
     step_bufs b;
     step_graphs graphs;
     bool warm = false;    // one eager step ran with these buffers (the workspaces are sized)
-    uint64_t ws_gen = 0;  // the GEMV workspace generation the graphs hold
+    uint64_t ws_gen = 0;     // the GEMV workspace generation the graphs hold
+    uint64_t links_gen = 0;  // the remote links' generation they hold (experts/cuda/nccl_remote)
     explicit step_bucket(cudaStream_t s) : graphs(s) {}
 };
 
@@ -41,6 +42,8 @@ public:
         if (!bk_) fresh_ = make_step_bufs(m, S);
     }
     const step_bufs &bufs() const { return bk_ ? bk_->b : fresh_; }
+    // The pieces are graphs this step (captured now or replayed), not eager launches.
+    bool graphed() const { return capture_; }
     Status piece(size_t key, const std::function<Status()> &fn) {
         return bk_ ? bk_->graphs.run(key, capture_, fn) : fn();
     }
@@ -57,10 +60,11 @@ private:
 
 // The buckets of one engine, by row count. A step of S rows gets S's bucket (made on first use)
 // or nullptr: graphs off, or more rows than a decode step (max_rows). A bucket whose graphs hold
-// a GEMV workspace since reallocated drops them and runs eagerly once more.
+// a GEMV workspace since reallocated, or remote links since re-made (links_gen), drops them and
+// runs eagerly once more.
 class step_buckets {
 public:
-    step_bucket *get(const device_model &m, int64_t S, int64_t max_rows);
+    step_bucket *get(const device_model &m, int64_t S, int64_t max_rows, uint64_t links_gen = 0);
     void set_on(bool on) {
         on_ = on;
         if (!on) by_rows_.clear();

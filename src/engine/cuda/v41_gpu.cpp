@@ -134,6 +134,16 @@ public:
         : m_(std::move(m)), c_(m_->config()), hasher_(std::move(h)), has_engram_(has_engram),
           official_(m_->official()), layout_(remote), prof_(profile) {
         if (layout_.any_remote()) remote_ = std::make_unique<experts::remote_experts>(layout_, c_.dim);
+#ifdef DS41RT_HAVE_NCCL
+        bool any_nccl = false;
+        for (int l = 0; l < int(layout_.layer_ranks.size()); l++) any_nccl = any_nccl || layout_.layer_nccl(l);
+        if (any_nccl) {
+            nccl_ = std::make_unique<experts::nccl_remote>(layout_, c_.dim, m_->device().device);
+            // A step's synchronisations also watch its NCCL exchanges (a replayed step has no
+            // per-layer wait): a dead or stalled worker ends them with UNAVAILABLE, never a hang.
+            m_->set_sync_watch({[n = nccl_.get()] { return n->waiting(); }, [n = nccl_.get()] { return n->drained(); }});
+        }
+#endif
     }
     // The sequences' device state is freed on the model's stream, which must outlive it.
     ~v41_gpu() override { clear_sequences(); }
@@ -557,14 +567,15 @@ private:
         // ranks' partials come back to the device and are added there in rank order; the shared
         // expert runs while the ranks work (the exchange is forked off the stream and joined back
         // by wait()).
-        if (layout_.layer_nccl(layer)) {
-            if (!nccl_) nccl_ = std::make_unique<experts::nccl_remote>(layout_, D, m_->device().device);
-            backend::cpu::expert_numerics nm;
-            nm.official = official_;
-            DS41RT_RETURN_IF_ERROR(nccl_->enqueue(layer, nm, x, ids.as<int32_t>(), wts.f(), S,
-                                                  int(c_.n_activated_experts), accd.f(), st()));
+        if (nccl_ && layout_.layer_nccl(layer)) {
+            DS41RT_RETURN_IF_ERROR(nccl_->enqueue(layer, x, ids.as<int32_t>(), wts.f(), S, int(c_.n_activated_experts),
+                                                  accd.f(), st()));
             DS41RT_RETURN_IF_ERROR(shared_expert(L, x, S, sh.f()));
-            DS41RT_RETURN_IF_ERROR(nccl_->wait());
+            DS41RT_RETURN_IF_ERROR(nccl_->join(st()));
+            // An eager step waits here, watching the workers: its later launches may grow a
+            // workspace, and cudaFree waits for the whole device. A graphed step's exchanges are
+            // watched by its synchronisation at the end (the sync watch).
+            if (!graphed_) DS41RT_RETURN_IF_ERROR(nccl_->wait());
             end();
             begin("moe.remote-combine");
             DS41RT_RETURN_IF_ERROR(cuda::add_rows(accd.f(), sh.f(), out, S * D, official_, st()));
@@ -688,10 +699,25 @@ private:
     // Decode steps (up to the MoE decode kernels' 16 rows) replay graphs of their fixed-shape
     // pieces, once a step of that row count has run eagerly (which sizes the workspaces the
     // graphs then hold). Profiling runs eagerly: section events are not graph nodes. Remote layers
-    // wait on the host, so a plan with any runs eagerly.
+    // over TCP wait on the host, so a plan with any runs eagerly; NCCL layers are graph pieces
+    // (their headers staged by the host each step), and graphs die with the links they hold.
     step_bucket *bucket_for(int64_t S) const {
-        if (prof_.on() || layout_.any_remote()) return nullptr;
-        return buckets_.get(*m_, S, cuda::MOE_MAX_ROWS);
+        if (prof_.on()) return nullptr;
+        uint64_t links = 0;
+        for (int l = 0; l < int(layout_.layer_ranks.size()); l++) {
+            if (layout_.layer_ranks[size_t(l)].empty()) continue;
+            if (!nccl_ || !layout_.layer_nccl(l)) return nullptr;
+        }
+        if (nccl_) links = nccl_->generation();
+        return buckets_.get(*m_, S, cuda::MOE_MAX_ROWS, links);
+    }
+
+    // A remote NCCL layer's exchange headers for this step (experts/cuda/nccl_remote stage()).
+    Status stage_remote(int layer, int64_t S) const {
+        if (!nccl_ || !layout_.layer_nccl(layer)) return Status::ok();
+        backend::cpu::expert_numerics nm;
+        nm.official = official_;
+        return nccl_->stage(layer, nm, S, int(c_.n_activated_experts));
     }
 
     Status forward_rows(step_rows &B, const std::vector<int32_t> &tokens, float *logits) const {
@@ -703,8 +729,10 @@ private:
                 for (int64_t s = 0; s < B.n[i]; s++)
                     B.seq[i]->engram_history.push_back(hasher_.compressed(tokens[size_t(B.off[i] + s)]));
 
+        if (nccl_) DS41RT_RETURN_IF_ERROR(nccl_->prepare(S));  // links up before any capture
         step_frame frame(*m_, bucket_for(S), S);
         const step_bufs &b = frame.bufs();
+        graphed_ = frame.graphed();
 
         begin("embed");
         const std::vector<int64_t> pos = B.positions();
@@ -756,7 +784,9 @@ private:
                 end();
                 return Status::ok();
             };
-            DS41RT_RETURN_IF_ERROR(moe_on_device(L, S) ? frame.piece(size_t(2 * l + 1), ffn) : ffn());
+            if (L.remote) DS41RT_RETURN_IF_ERROR(stage_remote(l, S));
+            const bool nccl_layer = L.remote && nccl_ && layout_.layer_nccl(l);
+            DS41RT_RETURN_IF_ERROR(moe_on_device(L, S) || nccl_layer ? frame.piece(size_t(2 * l + 1), ffn) : ffn());
         }
         frame.done();
         begin("head");
@@ -785,8 +815,16 @@ private:
     std::vector<layer_dev> layers_;
     experts::remote_layout layout_;
     std::unique_ptr<experts::remote_experts> remote_;  // set when some layers are remote
+    mutable bool graphed_ = false;  // this step's pieces are graphs (captured or replayed)
 #ifdef DS41RT_HAVE_NCCL
-    mutable std::unique_ptr<experts::nccl_remote> nccl_;  // made by the first NCCL layer (moe_remote)
+    std::unique_ptr<experts::nccl_remote> nccl_;  // set when some layers are on NCCL workers
+#else
+    struct no_nccl {
+        Status prepare(int64_t) { return Status::ok(); }
+        uint64_t generation() const { return 0; }
+        Status stage(int, const backend::cpu::expert_numerics &, int64_t, int) { return Status::ok(); }
+    };
+    std::unique_ptr<no_nccl> nccl_;  // never set: no NCCL in this build
 #endif
     mutable section_timer prof_;
     mutable step_buckets buckets_;
