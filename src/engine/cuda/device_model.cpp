@@ -440,19 +440,22 @@ Status device_model::sync() const {
         const cudaError_t e = cudaEventQuery(sync_ev_);
         if (e == cudaSuccess) break;
         if (e != cudaErrorNotReady) return backend::cuda::cuda_status(e, "stream sync", __FILE__, __LINE__);
-        if (Status st = watch_.waiting(); !st) {
-            // The watch aborted what the stream waited on: its kernels end; let it drain, bounded,
-            // before anyone reuses the step's buffers.
-            const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-            cudaError_t q;
-            while ((q = cudaEventQuery(sync_ev_)) == cudaErrorNotReady && std::chrono::steady_clock::now() < until)
-                std::this_thread::sleep_for(std::chrono::microseconds(100));
-            if (q == cudaErrorNotReady) return Status(st.code(), st.message() + " (the stream did not drain within 5 s)");
-            return st;
-        }
+        // The watch aborted what the stream waited on: its kernels end.
+        if (Status st = watch_.waiting(); !st) return drain_after(st);
         if (spin > 20000) std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
     return watch_.drained ? watch_.drained() : Status::ok();
+}
+
+Status device_model::drain_after(const Status &st) const {
+    if (!sync_ev_ && cudaEventCreateWithFlags(&sync_ev_, cudaEventDisableTiming) != cudaSuccess) return st;
+    if (cudaEventRecord(sync_ev_, stream_) != cudaSuccess) return st;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    cudaError_t q;
+    while ((q = cudaEventQuery(sync_ev_)) == cudaErrorNotReady && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (q == cudaErrorNotReady) return Status(st.code(), st.message() + " (the stream did not drain within 5 s)");
+    return st;
 }
 
 Status device_model::to_host(void *host, const void *dev, size_t bytes) const {

@@ -173,6 +173,9 @@ public:
     };
     void set_sync_watch(sync_watch w) { watch_ = std::move(w); }
     Status sync() const;
+    // After a failure whose aborts end the stream's waiting kernels: waits up to 5 s for the
+    // stream to drain, so the step's buffers are free to reuse; the error st, noted if it did not.
+    Status drain_after(const Status &st) const;
     Status to_host(void *host, const void *dev, size_t bytes) const;  // synchronises the stream
     Status to_host_pair(void *h1, const void *d1, size_t b1, void *h2, const void *d2, size_t b2) const;  // one sync
     Status to_device(void *dev, const void *host, size_t bytes) const;  // stream-ordered, no sync

@@ -749,6 +749,9 @@ private:
         int engram_k = 0;
         for (int l = 0; l < c_.n_layers; l++) {
             const layer_dev &L = layers_[size_t(l)];
+            // A replayed step's host runs at most one remote exchange ahead (nccl_remote keep_up).
+            if (nccl_ && graphed_)
+                if (Status ks = nccl_->keep_up(1); !ks) return m_->drain_after(ks);
             if (c_.has_engram(l)) {
                 begin("engram");
                 DS41RT_RETURN_IF_ERROR(engram(L, engram_k++, B, b.X.f()));
@@ -821,6 +824,7 @@ private:
 #else
     struct no_nccl {
         Status prepare(int64_t) { return Status::ok(); }
+        Status keep_up(size_t) { return Status::ok(); }
         uint64_t generation() const { return 0; }
         Status stage(int, const backend::cpu::expert_numerics &, int64_t, int) { return Status::ok(); }
     };

@@ -320,6 +320,14 @@ Status nccl_remote::waiting() {
     return Status::ok();
 }
 
+Status nccl_remote::keep_up(size_t behind) {
+    for (uint64_t spin = 0;; spin++) {
+        DS41RT_RETURN_IF_ERROR(waiting());
+        if (in_flight_.size() - answered_ <= behind) return Status::ok();
+        if (spin > 50000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+}
+
 Status nccl_remote::drained() {
     for (int layer : in_flight_) {
         const slot &s = *slots_[size_t(layer)];

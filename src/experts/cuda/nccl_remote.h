@@ -64,6 +64,12 @@ public:
     Status wait();
     Status waiting();
     Status drained();
+    // Host, during a replayed step: returns once at most `behind` staged layers are unanswered
+    // (watching as waiting() does). The host then issues at most that many layers ahead of the
+    // exchanges, so what it queues behind a stalled worker stays small: a host call that blocks
+    // on a full launch queue or copy staging, behind an exchange that never ends, would never
+    // reach the watch.
+    Status keep_up(size_t behind);
 
     // The three calls above for one layer alone (prepare, stage, enqueue, join, wait): the round
     // trip bench-remote times and the tests drive without an engine.
