@@ -38,7 +38,24 @@ public:
                 const std::atomic<bool> &stop)
         : ctl_(ctl), g_(g), info_(info), compute_(compute), stop_(stop) {}
     ~worker_loop() {
-        link_.reset();  // abort first: its kernels end, and the buffers' cudaFree waits for them
+        link_.reset();  // abort first: its kernels end
+        // The stream may still hold the next header's receive and its copy into pinned_: wait,
+        // bounded, for them to end before freeing what they write. A stream that does not drain
+        // keeps its buffers (a leak, not a copy into freed memory, which killed the process).
+        bool drained = true;
+        if (stream_ && done_ && cudaEventRecord(done_, stream_) == cudaSuccess) {
+            const deadline until = after_ms(5000);
+            cudaError_t e;
+            while ((e = cudaEventQuery(done_)) == cudaErrorNotReady && clock::now() < until)
+                std::this_thread::sleep_for(std::chrono::microseconds(100));
+            drained = e != cudaErrorNotReady;
+        }
+        if (!drained) {
+            spdlog::warn("worker {}: the NCCL link's stream did not drain within 5 s of the abort; its buffers are kept",
+                         info_.executor);
+            for (dev_buf *b : {&hdr_, &x_, &ids_, &w_, &y_}) b->p = nullptr;
+            return;
+        }
         if (done_) cudaEventDestroy(done_);
         if (stream_) cudaStreamDestroy(stream_);
         cudaFreeHost(pinned_);
