@@ -99,11 +99,29 @@ protected:
         for (int r = 0; r < 2; r++) ASSERT_TRUE(wait_ready(r)) << "worker " << r << " did not come up; log " << log(r);
     }
     void TearDown() override {
+        if (HasFailure())
+            for (int r = 0; r < int(pids_.size()); r++) std::printf("%s", log_tail(r, 40).c_str());
         for (pid_t &p : pids_)
             if (p > 0) kill(p, SIGKILL), waitpid(p, nullptr, 0), p = 0;
     }
 
     std::string log(int r) const { return (dir_ / ("worker" + std::to_string(r) + ".log")).string(); }
+    // Worker r's state and the last lines of its log, for failure messages (the directory goes
+    // with the suite).
+    std::string log_tail(int r, size_t lines = 20) {
+        std::string state = "running";
+        int ws = 0;
+        if (size_t(r) < pids_.size() && pids_[size_t(r)] > 0 && waitpid(pids_[size_t(r)], &ws, WNOHANG) == pids_[size_t(r)]) {
+            state = WIFSIGNALED(ws) ? "killed by signal " + std::to_string(WTERMSIG(ws)) : "exited " + std::to_string(WEXITSTATUS(ws));
+            pids_[size_t(r)] = 0;
+        }
+        std::ifstream f(log(r));
+        std::vector<std::string> all;
+        for (std::string ln; std::getline(f, ln);) all.push_back(ln);
+        std::string out = "\n--- worker " + std::to_string(r) + " " + state + "; " + log(r) + " (last lines) ---\n";
+        for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); i++) out += all[i] + "\n";
+        return out;
+    }
 
     void start_worker(int r) {
         const std::string bin = worker_binary(), rank = std::to_string(r), lg = log(r);
@@ -284,7 +302,7 @@ TEST_F(NcclWorkers, StalledAndKilledWorkersFailCleanlyAndServiceResumes) {
         std::vector<float> l;  // re-link both workers first
         std::vector<int32_t> g;
         Status ok = run(**e, &l, &g);
-        ASSERT_TRUE(ok) << ok.to_string();
+        ASSERT_TRUE(ok) << ok.to_string() << log_tail(0) << log_tail(1);
     }
     warm();
     ASSERT_EQ(kill(pids_[0], SIGSTOP), 0);
@@ -314,7 +332,7 @@ TEST_F(NcclWorkers, StalledAndKilledWorkersFailCleanlyAndServiceResumes) {
     std::vector<float> after;
     std::vector<int32_t> gafter;
     st = run(**e, &after, &gafter);
-    ASSERT_TRUE(st) << st.to_string();
+    ASSERT_TRUE(st) << st.to_string() << log_tail(0) << log_tail(1);
     ASSERT_EQ(after.size(), ref.size());
     const double err = rel_max(ref, after);
     std::printf("[ nccl worker ] after the restart: max |dlogit| / max |logit| = %.3g\n", err);
