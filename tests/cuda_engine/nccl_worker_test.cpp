@@ -8,7 +8,8 @@
 //    two pieces (the slices) where the local kernels sum them at once, so fp32 rounding differs
 //    in the last bits (gpu_worker_test measures ~1e-6 for the same split over TCP);
 //  - the remote layers inside the captured step graphs give the bits of eager steps;
-//  - faults, on replayed steps: a stalled worker (SIGSTOP) makes the step UNAVAILABLE naming the
+//  - faults (on eager steps; on replayed ones with DS41RT_NCCL_GRAPHS=1, where a stalled worker
+//    resumed after the abort dies of a segfault, see v41_gpu.cpp): a stalled worker (SIGSTOP) makes the step UNAVAILABLE naming the
 //    layer within the layout's timeout; a worker killed mid-request (SIGKILL while the request waits on it) makes
 //    it UNAVAILABLE well before that timeout (its control channel closes); after the worker is
 //    restarted, service resumes with the same logits;
@@ -217,7 +218,9 @@ TEST_F(NcclWorkers, LogitsMatchTheSingleGpuRun) {
 // faults watched at the step's synchronisation) against the same engine launching every kernel
 // eagerly with a host wait per remote layer: the same bits.
 TEST_F(NcclWorkers, GraphedStepsEqualEagerSteps) {
+    setenv("DS41RT_NCCL_GRAPHS", "1", 1);  // read when the engine opens
     auto e = open(true, 10000);
+    unsetenv("DS41RT_NCCL_GRAPHS");
     ASSERT_TRUE(e) << e.status().to_string();
     std::vector<float> graphed, eager;
     std::vector<int32_t> gg, ge;
@@ -270,8 +273,8 @@ TEST_F(NcclWorkers, StalledAndKilledWorkersFailCleanlyAndServiceResumes) {
         *secs = std::chrono::duration<double>(clk::now() - t0).count();
     };
 
-    // The faults below hit replayed steps (the remote layers inside the captured graphs): two
-    // clean steps of the same row count first, one eager (sizes the workspaces), one captured.
+    // Two clean steps of the row count the faults hit first (with DS41RT_NCCL_GRAPHS=1 in the
+    // environment, one eager, one captured: the faults then hit replayed steps).
     auto warm = [&] {
         for (int i = 0; i < 2; i++) {
             Status ok;

@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 #include <spdlog/spdlog.h>
 
-#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -38,70 +37,40 @@ public:
                 const std::atomic<bool> &stop)
         : ctl_(ctl), g_(g), info_(info), compute_(compute), stop_(stop) {}
     ~worker_loop() {
-        link_.reset();  // abort first: its kernels end
-        // The stream may still hold the next header's receive and its copy into pinned_: wait,
-        // bounded, for them to end before freeing what they write. A stream that does not drain
-        // keeps its buffers (a leak, not a copy into freed memory, which killed the process).
-        bool drained = true;
-        if (stream_ && done_ && cudaEventRecord(done_, stream_) == cudaSuccess) {
-            const deadline until = after_ms(5000);
-            cudaError_t e;
-            while ((e = cudaEventQuery(done_)) == cudaErrorNotReady && clock::now() < until)
-                std::this_thread::sleep_for(std::chrono::microseconds(100));
-            drained = e != cudaErrorNotReady;
-        }
-        if (!drained) {
-            spdlog::warn("worker {}: the NCCL link's stream did not drain within 5 s of the abort; its buffers are kept",
-                         info_.executor);
-            for (dev_buf *b : {&hdr_, &x_, &ids_, &w_, &y_}) b->p = nullptr;
-            return;
-        }
+        link_.reset();  // abort first: its kernels end, and the buffers' cudaFree waits for them
         if (done_) cudaEventDestroy(done_);
         if (stream_) cudaStreamDestroy(stream_);
-        cudaFreeHost(pinned_);
     }
 
     Status run(const nccl_bootstrap &b) {
         DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(g_.device()));
         DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
         DS41RT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
-        DS41RT_CUDA_RETURN_IF_ERROR(cudaMallocHost(&pinned_, PINNED_BYTES));
-        std::memset(pinned_, 0, PINNED_BYTES);
         auto l = nccl_link::start(b.id, 1, g_.device(), "coordinator at " + ctl_.peer());
         if (!l) return l.status();
         link_ = std::move(l.value());
         DS41RT_RETURN_IF_ERROR(link_->settle(after_ms(60000), cancel(), "NCCL communicator init"));
         spdlog::info("worker {}: NCCL link to {} up on GPU {}", info_.executor, ctl_.peer(), g_.device());
         DS41RT_RETURN_IF_ERROR(hdr_.need(NCCL_HEADER_BYTES));
-        DS41RT_RETURN_IF_ERROR(post_header());
         for (;;) {
-            // The idle wait: no deadline, only the coordinator's hang-up or stop ends it. The
-            // stream has run everything queued before the header: the last request's answer
-            // has left.
-            if (Status st = wait("header"); !st) {
+            // The idle wait: no deadline, only the coordinator's hang-up or stop ends it.
+            DS41RT_RETURN_IF_ERROR(group([&] {
+                return ncclRecv(hdr_.p, NCCL_HEADER_BYTES, ncclUint8, 0, link_->comm(), stream_);
+            }, "receive header"));
+            if (Status st = wait(deadline::max(), "header"); !st) {
+                // Idle: the coordinator went away (or stop); nothing was in flight.
                 spdlog::info("worker {}: NCCL link idle end: {}", info_.executor, st.message());
                 return Status::ok();
             }
-            if (*last_status() == int32_t(nccl_reply::EXPERTS_FAILED) && last_ran_) {
-                std::lock_guard<std::mutex> lk(compute_);
-                spdlog::warn("worker {}: NCCL request {} (layer {}): {}", info_.executor, last_.sequence, last_.layer,
-                             g_.routed_errors().message());
-            }
-            auto h = decode_nccl_header(header(), NCCL_HEADER_BYTES);
+            uint8_t raw[NCCL_HEADER_BYTES];
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy(raw, hdr_.p, NCCL_HEADER_BYTES, cudaMemcpyDeviceToHost));
+            auto h = decode_nccl_header(raw, NCCL_HEADER_BYTES);
             if (!h) return Status(h.status().code(), "request refused, ending the NCCL link: " + h.status().message());
             DS41RT_RETURN_IF_ERROR(serve_one(*h));
-            DS41RT_RETURN_IF_ERROR(post_header());
         }
     }
 
 private:
-    // Pinned host bytes: [0, 64) the header as received, [64, 68) the last answer's status word
-    // as sent, [68, 72) a refusal's status word to send.
-    static constexpr size_t PINNED_BYTES = NCCL_HEADER_BYTES + 8;
-    uint8_t *header() const { return static_cast<uint8_t *>(pinned_); }
-    int32_t *last_status() const { return reinterpret_cast<int32_t *>(header() + NCCL_HEADER_BYTES); }
-    int32_t *refusal() const { return last_status() + 1; }
-
     std::function<bool()> cancel() {
         return [this] { return stop_.load() || ctl_.wait_readable(clock::now()); };
     }
@@ -111,21 +80,13 @@ private:
         const ncclResult_t e = ncclGroupEnd();
         DS41RT_RETURN_IF_ERROR(nccl_status(r, what, link_->comm()));
         DS41RT_RETURN_IF_ERROR(nccl_status(e, what, link_->comm()));
-        return link_->settle(after_ms(30000), cancel(), what);
-    }
-
-    // The next header's receive, and its copy to the host, marked by done_.
-    Status post_header() {
-        DS41RT_RETURN_IF_ERROR(group([&] {
-            return ncclRecv(hdr_.p, NCCL_HEADER_BYTES, ncclUint8, 0, link_->comm(), stream_);
-        }, "receive header"));
-        DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(header(), hdr_.p, NCCL_HEADER_BYTES, cudaMemcpyDeviceToHost, stream_));
+        DS41RT_RETURN_IF_ERROR(link_->settle(after_ms(30000), cancel(), what));
         DS41RT_CUDA_RETURN_IF_ERROR(cudaEventRecord(done_, stream_));
         return Status::ok();
     }
 
-    // Waits for done_; polls the link and the control channel meanwhile.
-    Status wait(const char *what) {
+    // Waits for the stream's last group; polls the link and the control channel meanwhile.
+    Status wait(deadline d, const char *what) {
         // Spin first (a decode step's next layer comes within microseconds), then poll gently.
         for (uint64_t spin = 0;; spin++) {
             const cudaError_t e = cudaEventQuery(done_);
@@ -136,6 +97,10 @@ private:
                 if (cancel()()) {
                     link_->abort();
                     return Status::unavailable(std::string("waiting for the ") + what + ": the coordinator hung up");
+                }
+                if (clock::now() >= d) {
+                    link_->abort();
+                    return Status::unavailable(std::string("waiting for the ") + what + ": timed out");
                 }
             }
             if (spin > 20000) std::this_thread::sleep_for(std::chrono::microseconds(20));
@@ -166,42 +131,49 @@ private:
             if (fine(r)) r = ncclRecv(w_.p, nr, ncclFloat, 0, link_->comm(), stream_);
             return r;
         }, "receive payload"));
-        int32_t *word = y_.as<int32_t>() + (ny - 1);
+        // The coordinator posted the payload right after the header, in a group of its own as here.
+        DS41RT_RETURN_IF_ERROR(wait(after_ms(30000), "payload"));
         nccl_reply status = check(h);
-        last_ = h;
-        last_ran_ = false;
+        if (status != nccl_reply::OK)
+            spdlog::warn("worker {}: NCCL request {} (layer {}) refused: {}", info_.executor, h.sequence, h.layer,
+                         nccl_reply_reason(int32_t(status)));
         if (status == nccl_reply::OK) {
+            std::vector<int32_t> ids(nr);
+            std::vector<float> wts(nr);
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy(ids.data(), ids_.p, nr * 4, cudaMemcpyDeviceToHost));
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy(wts.data(), w_.p, nr * 4, cudaMemcpyDeviceToHost));
+            backend::cpu::route_table rt;
+            rt.offsets.reserve(h.rows + 1);
+            rt.offsets.push_back(0);
+            for (uint32_t r = 0; r < h.rows; r++) {
+                for (uint32_t k = 0; k < h.k; k++) {
+                    const size_t i = size_t(r) * h.k + k;
+                    rt.routes.push_back({uint32_t(ids[i]), wts[i]});
+                }
+                rt.offsets.push_back(uint32_t(rt.routes.size()));
+            }
             backend::cpu::expert_numerics nm = info_.numerics;
             nm.official = h.flags & FLAG_OFFICIAL;
             nm.weight_after_w2 = h.flags & FLAG_WEIGHT_AFTER_W2;
-            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(word, 0, sizeof(int32_t), stream_));
             Status st;
             {
                 std::lock_guard<std::mutex> lk(compute_);
-                st = g_.run_routed(int(h.layer), nm, x_.as<float>(), ids_.as<int32_t>(), w_.as<float>(), int64_t(h.rows),
-                                   int(h.k), y_.as<float>(), word, int32_t(nccl_reply::EXPERTS_FAILED), stream_);
+                st = g_.run_device(int(h.layer), nm, x_.as<float>(), int64_t(h.rows), rt, y_.as<float>());
             }
             if (!st) {
                 spdlog::warn("worker {}: NCCL request {} (layer {}): {}", info_.executor, h.sequence, h.layer,
                              st.message());
                 status = nccl_reply::EXPERTS_FAILED;
             }
-            last_ran_ = st.is_ok();
-        } else {
-            spdlog::warn("worker {}: NCCL request {} (layer {}) refused: {}", info_.executor, h.sequence, h.layer,
-                         nccl_reply_reason(int32_t(status)));
         }
-        if (status != nccl_reply::OK) {
-            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(y_.p, 0, (ny - 1) * 4, stream_));
-            // The stream has passed the last use of this pinned word (the header wait above).
-            *refusal() = int32_t(status);
-            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(word, refusal(), 4, cudaMemcpyHostToDevice, stream_));
-        }
+        if (status != nccl_reply::OK) DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(y_.p, 0, (ny - 1) * 4, stream_));
+        status_word_ = int32_t(status);
+        DS41RT_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(y_.as<float>() + (ny - 1), &status_word_, 4, cudaMemcpyHostToDevice, stream_));
         DS41RT_RETURN_IF_ERROR(group([&] {
             return ncclSend(y_.p, ny, ncclFloat, 0, link_->comm(), stream_);
         }, "send partial"));
-        DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(last_status(), word, 4, cudaMemcpyDeviceToHost, stream_));
-        return Status::ok();
+        return wait(after_ms(30000), "partial's delivery");
     }
 
     channel &ctl_;
@@ -212,10 +184,8 @@ private:
     std::unique_ptr<nccl_link> link_;
     cudaStream_t stream_ = nullptr;
     cudaEvent_t done_ = nullptr;
-    void *pinned_ = nullptr;
     dev_buf hdr_, x_, ids_, w_, y_;
-    nccl_header last_;       // the last request served
-    bool last_ran_ = false;  // its experts ran (so a failed status word came from their routes)
+    int32_t status_word_ = 0;
 };
 
 }  // namespace

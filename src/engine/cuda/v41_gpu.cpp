@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 
 #include "backend/cuda/attention.cuh"
@@ -138,6 +139,12 @@ public:
         bool any_nccl = false;
         for (int l = 0; l < int(layout_.layer_ranks.size()); l++) any_nccl = any_nccl || layout_.layer_nccl(l);
         if (any_nccl) {
+            // NCCL layers inside the captured step are opt-in (DS41RT_NCCL_GRAPHS=1) until a
+            // fault case is understood: on the 2 x H200 host a worker stopped (SIGSTOP) while a
+            // replayed step waited on it, then resumed after the coordinator's abort, died of a
+            // segfault (docs/perf/2026-11-30-session6.md). Eager steps wait per layer, as before.
+            const char *g = std::getenv("DS41RT_NCCL_GRAPHS");
+            nccl_graphs_ = g && std::string(g) == "1";
             nccl_ = std::make_unique<experts::nccl_remote>(layout_, c_.dim, m_->device().device);
             // A step's synchronisations also watch its NCCL exchanges (a replayed step has no
             // per-layer wait): a dead or stalled worker ends them with UNAVAILABLE, never a hang.
@@ -700,13 +707,14 @@ private:
     // pieces, once a step of that row count has run eagerly (which sizes the workspaces the
     // graphs then hold). Profiling runs eagerly: section events are not graph nodes. Remote layers
     // over TCP wait on the host, so a plan with any runs eagerly; NCCL layers are graph pieces
-    // (their headers staged by the host each step), and graphs die with the links they hold.
+    // when enabled (their headers staged by the host each step), and graphs die with the links
+    // they hold.
     step_bucket *bucket_for(int64_t S) const {
         if (prof_.on()) return nullptr;
         uint64_t links = 0;
         for (int l = 0; l < int(layout_.layer_ranks.size()); l++) {
             if (layout_.layer_ranks[size_t(l)].empty()) continue;
-            if (!nccl_ || !layout_.layer_nccl(l)) return nullptr;
+            if (!nccl_ || !nccl_graphs_ || !layout_.layer_nccl(l)) return nullptr;
         }
         if (nccl_) links = nccl_->generation();
         return buckets_.get(*m_, S, cuda::MOE_MAX_ROWS, links);
@@ -819,6 +827,7 @@ private:
     experts::remote_layout layout_;
     std::unique_ptr<experts::remote_experts> remote_;  // set when some layers are remote
     mutable bool graphed_ = false;  // this step's pieces are graphs (captured or replayed)
+    bool nccl_graphs_ = false;      // NCCL layers may be graph pieces (DS41RT_NCCL_GRAPHS=1)
 #ifdef DS41RT_HAVE_NCCL
     std::unique_ptr<experts::nccl_remote> nccl_;  // set when some layers are on NCCL workers
 #else
