@@ -59,12 +59,12 @@ int run_generate(const generate_args &a) {
     engine::seq_id seq = eng.create_sequence();
     std::vector<Tensor> logits;
     std::vector<int32_t> out;
-    Status st = eng.step({{seq, prompt}}, &logits);
+    Status st = eng.step({{seq, prompt, engine::logit_rows::LAST}}, &logits);
     auto t2 = clock::now();
     for (int i = 0; st.is_ok() && i < a.max_tokens; i++) {
         const Tensor &l = logits[0];
         out.push_back(argmax(l.data<float>() + (l.dim(0) - 1) * vocab, vocab));
-        if (i + 1 < a.max_tokens) st = eng.step({{seq, {out.back()}}}, &logits);
+        if (i + 1 < a.max_tokens) st = eng.step({{seq, {out.back()}, engine::logit_rows::LAST}}, &logits);
     }
     auto t3 = clock::now();
     if (!st.is_ok()) {

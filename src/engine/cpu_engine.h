@@ -5,6 +5,7 @@
 // (the GPU engine overrides step() to run them as one batch, with check_inputs() and state_of()).
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -31,9 +32,17 @@ public:
         DS41RT_RETURN_IF_ERROR(check_inputs(inputs));
         const int64_t vocab = config().vocab_size;
         for (const auto &in : inputs) {
-            Tensor out = Tensor::f32({int64_t(in.tokens.size()), vocab});
+            const int64_t n = int64_t(in.tokens.size()), keep = logits_rows_of(in);
+            Tensor out = Tensor::f32({n, vocab});
             DS41RT_RETURN_IF_ERROR(forward(seqs_[in.seq], in.tokens, out.f()));
-            logits->push_back(std::move(out));
+            if (keep == n) {
+                logits->push_back(std::move(out));
+                continue;
+            }
+            // The reference computes every row; it hands back the ones asked for.
+            Tensor kept = Tensor::f32({keep, vocab});
+            std::copy(out.f() + (n - keep) * vocab, out.f() + n * vocab, kept.f());
+            logits->push_back(std::move(kept));
         }
         return Status::ok();
     }

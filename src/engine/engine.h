@@ -54,10 +54,21 @@ struct op_time {
     int64_t calls = 0;
 };
 
+// Which of an input's rows step() returns logits for: every token's ([n, vocab]), the last
+// token's only ([1, vocab]: what sampling needs), or none ([0, vocab]: a prompt chunk that does
+// not end the prompt). Engines may skip the head's work for rows not returned (the GPU engines do).
+enum class logit_rows : uint8_t { ALL, LAST, NONE };
+
 struct step_input {
     seq_id seq = -1;
     std::vector<int32_t> tokens;  // appended at the sequence's current length
+    logit_rows logits = logit_rows::ALL;
 };
+
+// The number of logits rows step() returns for in.
+inline int64_t logits_rows_of(const step_input &in) {
+    return in.logits == logit_rows::ALL ? int64_t(in.tokens.size()) : in.logits == logit_rows::LAST ? 1 : 0;
+}
 
 class engine {
 public:

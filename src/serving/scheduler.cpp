@@ -268,7 +268,7 @@ void scheduler::loop() {
         int64_t budget = opt_.step_token_budget;
         for (auto &a : running_)
             if (a->prefilled == a->req.prompt.size() && a->pending >= 0) {
-                inputs.push_back({a->seq, {a->pending}});
+                inputs.push_back({a->seq, {a->pending}, engine::logit_rows::LAST});
                 rows.push_back(a.get());
                 chunk.push_back(0);
                 budget--;
@@ -281,6 +281,8 @@ void scheduler::loop() {
             engine::step_input in{a->seq, {}};
             in.tokens.assign(a->req.prompt.begin() + int64_t(a->prefilled),
                              a->req.prompt.begin() + int64_t(a->prefilled + n));
+            // Sampling reads the prompt's last row only; earlier chunks need no logits at all.
+            in.logits = a->prefilled + n == a->req.prompt.size() ? engine::logit_rows::LAST : engine::logit_rows::NONE;
             inputs.push_back(std::move(in));
             rows.push_back(a.get());
             chunk.push_back(n);

@@ -20,6 +20,10 @@ struct step_rows {
     std::vector<int64_t> off, n, p0;  // per sequence
     int64_t rows = 0;
     const int64_t *pos_d = nullptr;  // [rows] device positions
+    // The rows whose logits the step returns, in order; all_logits: every row (out_rows unused).
+    bool all_logits = true;
+    std::vector<int32_t> out_rows;
+    int64_t logits_rows() const { return all_logits ? rows : int64_t(out_rows.size()); }
 
     // Each row's position in its sequence.
     std::vector<int64_t> positions() const {
@@ -43,7 +47,8 @@ step_rows<Seq> single_rows(Seq &sq, int64_t n) {
 }
 
 // engine::step for the GPU passes: every input's tokens as one set of rows through
-// forward_rows(rows, tokens, logits [rows, vocab]), the logits split back per input.
+// forward_rows(rows, tokens, logits [rows.logits_rows(), vocab]), the logits split back per input
+// (each input's logit_rows: all its rows, its last, or none).
 // state_of(seq_id) -> Seq&; a sequence may appear once.
 template <class Seq, class StateOf, class Forward>
 Status batched_step(const std::vector<step_input> &inputs, int64_t vocab, StateOf &&state_of, Forward &&forward_rows,
@@ -61,11 +66,19 @@ Status batched_step(const std::vector<step_input> &inputs, int64_t vocab, StateO
         B.rows += int64_t(in.tokens.size());
         tokens.insert(tokens.end(), in.tokens.begin(), in.tokens.end());
     }
-    Tensor all = Tensor::f32({B.rows, vocab});
+    std::vector<int64_t> first_out;  // each input's first row in the returned logits
+    for (size_t i = 0; i < inputs.size(); i++) {
+        const int64_t keep = logits_rows_of(inputs[i]);
+        B.all_logits = B.all_logits && keep == B.n[i];
+        first_out.push_back(int64_t(B.out_rows.size()));
+        for (int64_t r = B.n[i] - keep; r < B.n[i]; r++) B.out_rows.push_back(int32_t(B.off[i] + r));
+    }
+    Tensor all = Tensor::f32({B.logits_rows(), vocab});
     DS41RT_RETURN_IF_ERROR(forward_rows(B, tokens, all.f()));
     for (size_t i = 0; i < inputs.size(); i++) {
-        Tensor out = Tensor::f32({B.n[i], vocab});
-        std::copy(all.f() + B.off[i] * vocab, all.f() + (B.off[i] + B.n[i]) * vocab, out.f());
+        const int64_t keep = logits_rows_of(inputs[i]);
+        Tensor out = Tensor::f32({keep, vocab});
+        std::copy(all.f() + first_out[i] * vocab, all.f() + (first_out[i] + keep) * vocab, out.f());
         logits->push_back(std::move(out));
     }
     return Status::ok();
