@@ -13,6 +13,7 @@
 #include "backend/cuda/gemm_fp8.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/mhc.cuh"
+#include "backend/cuda/stream_drain.h"
 
 namespace ds41rt::engine::gpu {
 
@@ -30,6 +31,7 @@ bool prefill_gemm_default() {
 }
 
 }  // namespace
+
 using backend::cpu::lin;
 
 dtemp::dtemp(size_t bytes, cudaStream_t s) : bytes_(bytes), s_(s) {
@@ -449,12 +451,8 @@ Status device_model::sync() const {
 
 Status device_model::drain_after(const Status &st) const {
     if (!sync_ev_ && cudaEventCreateWithFlags(&sync_ev_, cudaEventDisableTiming) != cudaSuccess) return st;
-    if (cudaEventRecord(sync_ev_, stream_) != cudaSuccess) return st;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    cudaError_t q;
-    while ((q = cudaEventQuery(sync_ev_)) == cudaErrorNotReady && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-    if (q == cudaErrorNotReady) return Status(st.code(), st.message() + " (the stream did not drain within 5 s)");
+    if (!cuda::drain_stream(stream_, sync_ev_, 5000))
+        return Status(st.code(), st.message() + " (the stream did not drain within 5 s)");
     return st;
 }
 
@@ -617,8 +615,9 @@ Status device_model::run_linears(const std::vector<linear_job> &jobs, int64_t M,
             // all rows, not once per 16-row GEMV piece. Another summation order than the GEMV's
             // (rows of a prefill and of a decode step may differ in the last fp32 bit before the
             // bf16 rounding), the same numerics class. Not MXFP4: its E4M3 decode pre-pass costs
-            // more than it saves at the tens of rows a routed expert gets (measured on the H200:
-            // 2048-token V4.1 prefill, routed experts 3.5 s with it, 0.67 s without).
+            // more than it saves at the tens of rows a routed expert gets (measured on the H200
+            // with the experts run one at a time: a 2048-token V4.1 prefill's routed experts took
+            // 3.5 s with it, 0.67 s without).
             cuda::gemm_fp8_args a;
             a.x = j.x, a.M = int(M), a.K = L.K, a.act_block = act_block;
             a.w = L.w, a.scale = L.scale, a.N = L.N;

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/partial_reduce.cuh"
+#include "backend/cuda/stream_drain.h"
 #include "dist/cuda/nccl_link.h"
 #include "dist/hello.h"
 #include "dist/nccl_wire.h"
@@ -344,23 +345,12 @@ Status nccl_remote::drained() {
 
 Status nccl_remote::wait() {
     if (in_flight_.empty()) return Status::internal("experts: NCCL wait() without a layer in flight");
-    for (uint64_t spin = 0;; spin++) {
-        if (Status st = waiting(); !st) {
-            // The aborts end the side stream's NCCL kernels: let it drain (bounded) before the
-            // caller reuses its buffers, and order the caller after it.
-            if (side_ && cudaEventRecord(join_, side_) == cudaSuccess) {
-                const deadline drain = after_ms(5000);
-                cudaError_t e;
-                while ((e = cudaEventQuery(join_)) == cudaErrorNotReady && clock::now() < drain)
-                    std::this_thread::sleep_for(std::chrono::microseconds(100));
-                if (caller_) cudaStreamWaitEvent(caller_, join_, 0);
-                if (e == cudaErrorNotReady)
-                    return Status::unavailable(st.message() + " (the stream did not drain within 5 s of the abort)");
-            }
-            return st;
-        }
-        if (answered_ == in_flight_.size()) break;
-        if (spin > 50000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    if (Status st = keep_up(0); !st) {
+        // The aborts end the side stream's NCCL kernels: let it drain (bounded) before the caller
+        // reuses its buffers, and order the caller after it.
+        const bool ok = backend::cuda::drain_stream(side_, join_, 5000);
+        if (caller_) cudaStreamWaitEvent(caller_, join_, 0);
+        return ok ? st : Status::unavailable(st.message() + " (the stream did not drain within 5 s of the abort)");
     }
     DS41RT_RETURN_IF_ERROR(drained());
     if (caller_) DS41RT_RETURN_IF_ERROR(join(caller_));
