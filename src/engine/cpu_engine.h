@@ -5,7 +5,6 @@
 // (the GPU engine overrides step() to run them as one batch, with check_inputs() and state_of()).
 #pragma once
 
-#include <algorithm>
 #include <map>
 #include <string>
 
@@ -32,17 +31,10 @@ public:
         DS41RT_RETURN_IF_ERROR(check_inputs(inputs));
         const int64_t vocab = config().vocab_size;
         for (const auto &in : inputs) {
-            const int64_t n = int64_t(in.tokens.size()), keep = logits_rows_of(in);
-            Tensor out = Tensor::f32({n, vocab});
-            DS41RT_RETURN_IF_ERROR(forward(seqs_[in.seq], in.tokens, out.f()));
-            if (keep == n) {
-                logits->push_back(std::move(out));
-                continue;
-            }
-            // The reference computes every row; it hands back the ones asked for.
-            Tensor kept = Tensor::f32({keep, vocab});
-            std::copy(out.f() + (n - keep) * vocab, out.f() + n * vocab, kept.f());
-            logits->push_back(std::move(kept));
+            const int64_t keep = logits_rows_of(in);
+            Tensor out = Tensor::f32({keep, vocab});
+            DS41RT_RETURN_IF_ERROR(forward(seqs_[in.seq], in.tokens, keep, out.f()));
+            logits->push_back(std::move(out));
         }
         return Status::ok();
     }
@@ -68,9 +60,10 @@ protected:
     void clear_sequences() { seqs_.clear(); }
 
     virtual State new_state() const = 0;
-    // Runs tokens at positions state.len.. and writes their logits [tokens, vocab]; advances len.
-    // On failure (a remote expert layer) the state is part-way through: the caller frees it.
-    virtual Status forward(State &state, const std::vector<int32_t> &tokens, float *logits) const = 0;
+    // Runs tokens at positions state.len.. and writes the logits of the last `keep` of them
+    // [keep, vocab] (the head runs over those rows only); advances len. On failure (a remote
+    // expert layer) the state is part-way through: the caller frees it.
+    virtual Status forward(State &state, const std::vector<int32_t> &tokens, int64_t keep, float *logits) const = 0;
 
 private:
     std::map<seq_id, State> seqs_;

@@ -56,7 +56,7 @@ struct op_time {
 
 // Which of an input's rows step() returns logits for: every token's ([n, vocab]), the last
 // token's only ([1, vocab]: what sampling needs), or none ([0, vocab]: a prompt chunk that does
-// not end the prompt). Engines may skip the head's work for rows not returned (the GPU engines do).
+// not end the prompt). The engines run the head over the returned rows only.
 enum class logit_rows : uint8_t { ALL, LAST, NONE };
 
 struct step_input {

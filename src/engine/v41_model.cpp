@@ -423,7 +423,7 @@ private:
     }
 
     // ---- one sequence chunk through the whole model (spec 4.1) ---------------------------------
-    Status forward(sequence_state &st, const std::vector<int32_t> &tokens, float *logits) const override {
+    Status forward(sequence_state &st, const std::vector<int32_t> &tokens, int64_t keep, float *logits) const override {
         const int64_t S = int64_t(tokens.size()), D = c_.dim, p0 = st.len;
         const int hc = c_.hc_mult;
         if (has_engram_)
@@ -459,7 +459,7 @@ private:
         }
         collapse(X, pre_mix, S, x.data());
         norm(x.data(), w_.norm, S, D);
-        cpu::matmul_nt(x.data(), w_.head.f(), logits, S, c_.vocab_size, D);
+        cpu::matmul_nt(x.data() + (S - keep) * D, w_.head.f(), logits, keep, c_.vocab_size, D);  // rows independent
         st.len += S;
         return Status::ok();
     }

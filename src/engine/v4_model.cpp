@@ -517,7 +517,7 @@ private:
     }
 
     // ---- one sequence chunk through the whole model (spec 3.1-3.10) ---------------------------
-    Status forward(sequence_state &st, const std::vector<int32_t> &tokens, float *logits) const override {
+    Status forward(sequence_state &st, const std::vector<int32_t> &tokens, int64_t keep, float *logits) const override {
         const int64_t S = int64_t(tokens.size()), D = c_.dim, p0 = st.len;
         const int hc = c_.hc_mult;
 
@@ -547,7 +547,7 @@ private:
         }
         hc_head(X, S, x.data());
         norm(x.data(), w_.norm, S, D);
-        linear(x.data(), w_.head, logits, S, c_.vocab_size, D, lin::F32);
+        linear(x.data() + (S - keep) * D, w_.head, logits, keep, c_.vocab_size, D, lin::F32);  // rows independent
         st.len += S;
         return Status::ok();
     }

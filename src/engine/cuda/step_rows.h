@@ -34,15 +34,18 @@ struct step_rows {
     }
 };
 
-// n new tokens of one sequence (cpu_engine's one-sequence forward).
+// n new tokens of one sequence, the logits of the last `keep` returned (cpu_engine's
+// one-sequence forward).
 template <class Seq>
-step_rows<Seq> single_rows(Seq &sq, int64_t n) {
+step_rows<Seq> single_rows(Seq &sq, int64_t n, int64_t keep) {
     step_rows<Seq> B;
     B.seq = {&sq};
     B.off = {0};
     B.n = {n};
     B.p0 = {sq.len};
     B.rows = n;
+    B.all_logits = keep == n;
+    for (int64_t r = n - keep; r < n; r++) B.out_rows.push_back(int32_t(r));
     return B;
 }
 

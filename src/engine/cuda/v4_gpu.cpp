@@ -597,8 +597,8 @@ public:
 
 private:
     // One sequence alone (cpu_engine's interface; step() above batches instead).
-    Status forward(seq_dev &sq, const std::vector<int32_t> &tokens, float *logits) const override {
-        step_rows B = single_rows(sq, int64_t(tokens.size()));
+    Status forward(seq_dev &sq, const std::vector<int32_t> &tokens, int64_t keep, float *logits) const override {
+        step_rows B = single_rows(sq, int64_t(tokens.size()), keep);
         return forward_rows(B, tokens, logits);
     }
 
