@@ -548,6 +548,22 @@ Status device_model::to_host_pair(void *h1, const void *d1, size_t b1, void *h2,
     return sync();
 }
 
+Result<dtemp> device_model::head_rows(const dlinear &head, const float *x, int64_t S, const std::vector<int32_t> *rows) const {
+    const int64_t R = rows ? int64_t(rows->size()) : S, D = head.K;
+    const float *xh = x;
+    dtemp xr;
+    if (rows && R > 0) {
+        auto idx = upload_temp(rows->data(), rows->size() * sizeof(int32_t));
+        if (!idx) return idx.status();
+        xr = temp_f32(R * D);
+        DS41RT_RETURN_IF_ERROR(cuda::gather_rows(x, idx->as<int32_t>(), R, D, xr.f(), stream_));
+        xh = xr.f();
+    }
+    dtemp lg = temp_f32(R * head.N);
+    if (R > 0) DS41RT_RETURN_IF_ERROR(run_linear(head, xh, lg.f(), R, lin::F32));
+    return lg;
+}
+
 Status device_model::run_linear(const dlinear &L, const float *x, float *y, int64_t M, lin cls) const {
     return run_linears({{&L, x, y}}, M, cls);
 }

@@ -190,6 +190,10 @@ public:
     hc_mix_dev hc_mix_buffers(int64_t S) const;
     // Bumped whenever the GEMV workspace is reallocated: graphs captured before hold the old one.
     uint64_t workspace_generation() const { return ws_gen_; }
+    // The head over the rows whose logits a step returns (rows: their indices in x [S, K]; null:
+    // all S): logits [rows, N] on the device. A prompt chunk needs its last row at most, and the
+    // head over every prompt row was the largest product of a long prefill.
+    Result<dtemp> head_rows(const dlinear &head, const float *x, int64_t S, const std::vector<int32_t> *rows) const;
     // The grouped output projection (engine/output_projection on the device): o [S, heads_width]
     // in G groups, each through its R rows of wo_a (BF16 class), then wo_b (FP8 class) into out
     // [S, dim]. The G group products go in one GEMV launch.

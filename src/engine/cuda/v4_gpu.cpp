@@ -655,24 +655,13 @@ private:
         begin("head");
         DS41RT_RETURN_IF_ERROR(hc_head(b.X.f(), S, b.x.f()));
         DS41RT_RETURN_IF_ERROR(norm(b.x.f(), norm_, S, D));
-        // The head only over the rows whose logits the step returns (a prompt chunk needs its
-        // last row at most): the largest product of a long prefill, and its copy to the host.
         const int64_t R = B.logits_rows();
-        const float *xh = b.x.f();
-        dtemp xr;
-        if (!B.all_logits && R > 0) {
-            auto idx = m_->upload_temp(B.out_rows.data(), B.out_rows.size() * sizeof(int32_t));
-            if (!idx) return idx.status();
-            xr = m_->temp_f32(R * D);
-            DS41RT_RETURN_IF_ERROR(cuda::gather_rows(b.x.f(), idx->as<int32_t>(), R, D, xr.f(), st()));
-            xh = xr.f();
-        }
-        dtemp lg = m_->temp_f32(R * V);
-        if (R > 0) DS41RT_RETURN_IF_ERROR(m_->run_linear(head_, xh, lg.f(), R, lin::F32));
+        auto lg = m_->head_rows(head_, b.x.f(), S, B.all_logits ? nullptr : &B.out_rows);
+        if (!lg) return lg.status();
         end();
         prof_.add_host("host.issue", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - issue0).count());
         // The step's one synchronisation, logits or not.
-        DS41RT_RETURN_IF_ERROR(R > 0 ? m_->to_host(logits, lg.f(), size_t(R * V) * sizeof(float)) : m_->sync());
+        DS41RT_RETURN_IF_ERROR(R > 0 ? m_->to_host(logits, lg->f(), size_t(R * V) * sizeof(float)) : m_->sync());
         DS41RT_RETURN_IF_ERROR(routed_.check(*m_));
         prof_.collect();
         for (size_t i = 0; i < B.seq.size(); i++) B.seq[i]->len += B.n[i];
