@@ -8,7 +8,7 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 DEBS=(build-essential cmake ninja-build ccache pkg-config python3 python3-venv python3-pip
       nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libgtest-dev googletest libcpp-httplib-dev curl
-      zlib1g-dev)
+      zlib1g-dev libbackward-cpp-dev)
 missing=()
 for p in "${DEBS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -4,8 +4,10 @@
 #include <spdlog/spdlog.h>
 
 #include "app/commands.h"
+#include "core/crash_report.h"
 
 int main(int argc, char **argv) {
+    ds41rt::install_crash_report();  // a crashing worker or server logs where
     CLI::App app{"ds41rt: DeepSeek V4.1 Flash / V4 Flash inference server"};
     app.require_subcommand(1);
     ds41rt::app::command_list cmds;
