@@ -2,33 +2,15 @@
 // choices in one batch gather the returned rows before the head: see logit_rows_check.h.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
-#include <filesystem>
-
-#include "engine/engine.h"
 #include "logit_rows_check.h"
-#include "model/synth.h"
-#include "tiny_synth.h"
 
 namespace ds41rt {
 namespace {
 
-namespace fs = std::filesystem;
-
 TEST(GpuLogitRows, GpuEngineReturnsTheRowsAskedFor) {
-    const fs::path dir = fs::temp_directory_path() / ("ds41rt_gpu_logit_rows_" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-    Status st = model::synthesize(dir.string(), tiny_synth());
-    ASSERT_TRUE(st.is_ok()) << st.to_string();
     engine::engine_options o;
     o.backend = engine::backend_kind::CUDA;
-    auto e = engine::engine::open(dir.string(), o);
-    if (!e && (e.status().code() == status_code::UNAVAILABLE || e.status().code() == status_code::NOT_SUPPORTED))
-        GTEST_SKIP() << e.status().to_string();
-    ASSERT_TRUE(e.is_ok()) << e.status().to_string();
-    testing_util::check_logit_rows(**e);
-    fs::remove_all(dir);
+    testing_util::check_logit_rows_on_tiny_model(o, "gpu_logit_rows");
 }
 
 }  // namespace

@@ -8,10 +8,16 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
+#include <string>
 #include <vector>
 
 #include "engine/engine.h"
+#include "model/synth.h"
+#include "tiny_synth.h"
 
 namespace ds41rt::testing_util {
 
@@ -43,6 +49,24 @@ inline void check_logit_rows(engine::engine &e) {
             << "sequence " << i << " decodes differently";
     }
     for (engine::seq_id s : {a, b, c}) e.free_sequence(s);
+}
+
+// The check on the tiny synthesized V4.1 model, opened with o; skips where o's backend is not
+// available (no GPU).
+inline void check_logit_rows_on_tiny_model(const engine::engine_options &o, const std::string &tag) {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / ("ds41rt_" + tag + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    Status st = model::synthesize(dir.string(), tiny_synth());
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    auto e = engine::engine::open(dir.string(), o);
+    if (!e && (e.status().code() == status_code::UNAVAILABLE || e.status().code() == status_code::NOT_SUPPORTED)) {
+        fs::remove_all(dir);
+        GTEST_SKIP() << e.status().to_string();
+    }
+    ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+    check_logit_rows(**e);
+    fs::remove_all(dir);
 }
 
 }  // namespace ds41rt::testing_util
