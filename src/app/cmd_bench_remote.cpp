@@ -217,7 +217,6 @@ int run_bench_remote(const bench_remote_args &a, const std::string &command_line
         opt.backend = engine::backend_kind::CUDA;
         opt.remote = layout;
         auto t0 = clock::now();
-        if (t == "nccl") setenv("DS41RT_NCCL_GRAPHS", "1", 1);  // NCCL layers in the graphs (opt-in)
         auto opened = engine::engine::open_dummy(c, plan->num_layers, a.seed, opt);
         if (!opened) return fmt::print(stderr, "bench-remote: {}\n", opened.status().to_string()), 1;
         engine::engine &eng = *opened.value();

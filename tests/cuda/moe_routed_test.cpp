@@ -296,7 +296,13 @@ protected:
             Status st = cuda::run_moe_routed(p, dx.as<float>(), dids.as<int32_t>(), dw.as<float>(), dout.as<float>(), ws->p, 0);
             EXPECT_TRUE(st.is_ok()) << st.to_string();
             std::vector<float> got = dout.get<float>();
+            // The stream-ordered flag (the NCCL worker's status word) agrees with the error word.
+            dev_buf word(4);
+            word.put(std::vector<int32_t>{0});
+            EXPECT_TRUE(cuda::moe_routed_flag_error(p, ws->p, word.as<int32_t>(), 4, 0).is_ok());
+            const int32_t flagged = word.get<int32_t>()[0];
             Status err = cuda::moe_routed_error(p, ws->p, 0);
+            EXPECT_EQ(flagged, err.is_ok() ? 0 : 4) << err.to_string();
             if (error) *error = err;
             else EXPECT_TRUE(err.is_ok()) << err.to_string();
             if (rep) {

@@ -8,11 +8,11 @@
 //    two pieces (the slices) where the local kernels sum them at once, so fp32 rounding differs
 //    in the last bits (gpu_worker_test measures ~1e-6 for the same split over TCP);
 //  - the remote layers inside the captured step graphs give the bits of eager steps;
-//  - faults (on eager steps; on replayed ones with DS41RT_NCCL_GRAPHS=1, where a stalled worker
-//    resumed after the abort dies of a segfault, see v41_gpu.cpp): a stalled worker (SIGSTOP) makes the step UNAVAILABLE naming the
-//    layer within the layout's timeout; a worker killed mid-request (SIGKILL while the request waits on it) makes
-//    it UNAVAILABLE well before that timeout (its control channel closes); after the worker is
-//    restarted, service resumes with the same logits;
+//  - faults, on replayed steps and on eager ones (DS41RT_NCCL_GRAPHS=0): a stalled worker
+//    (SIGSTOP) makes the step UNAVAILABLE naming the layer within the layout's timeout; a worker
+//    killed mid-request (SIGKILL while the request waits on it) makes it UNAVAILABLE well before
+//    that timeout (its control channel closes); after the worker is restarted, service resumes
+//    with the same logits;
 //  - the exchange itself (experts/cuda/nccl_remote, no engine): a layer the worker does not hold
 //    comes back as a non-zero status word, UNAVAILABLE naming the reason; the next request on a
 //    held layer re-links and writes every element of the NaN-poisoned sum.
@@ -101,7 +101,7 @@ protected:
     }
     void TearDown() override {
         if (HasFailure())
-            for (int r = 0; r < int(pids_.size()); r++) std::printf("%s", log_tail(r, 40).c_str());
+            for (int r = 0; r < int(pids_.size()); r++) std::printf("%s", log_tail(r, 120).c_str());
         for (pid_t &p : pids_)
             if (p > 0) kill(p, SIGKILL), waitpid(p, nullptr, 0), p = 0;
     }
@@ -156,6 +156,7 @@ protected:
     }
 
     // Prompt, then 4 greedy steps; every step's logits appended.
+    void stalled_and_killed_workers_fail_cleanly_and_service_resumes();
     static Status run(engine::engine &e, std::vector<float> *all, std::vector<int32_t> *greedy) {
         engine::seq_id s = e.create_sequence();
         std::vector<int32_t> tokens = {0, 17, 300, 42, 5, 511, 77, 9, 123, 64};
@@ -218,9 +219,7 @@ TEST_F(NcclWorkers, LogitsMatchTheSingleGpuRun) {
 // faults watched at the step's synchronisation) against the same engine launching every kernel
 // eagerly with a host wait per remote layer: the same bits.
 TEST_F(NcclWorkers, GraphedStepsEqualEagerSteps) {
-    setenv("DS41RT_NCCL_GRAPHS", "1", 1);  // read when the engine opens
     auto e = open(true, 10000);
-    unsetenv("DS41RT_NCCL_GRAPHS");
     ASSERT_TRUE(e) << e.status().to_string();
     std::vector<float> graphed, eager;
     std::vector<int32_t> gg, ge;
@@ -248,7 +247,8 @@ TEST_F(NcclWorkers, GraphedStepsEqualEagerSteps) {
     EXPECT_EQ(ga, ge);
 }
 
-TEST_F(NcclWorkers, StalledAndKilledWorkersFailCleanlyAndServiceResumes) {
+// The fault cases, on the engine as it opens (DS41RT_NCCL_GRAPHS read then).
+void NcclWorkers::stalled_and_killed_workers_fail_cleanly_and_service_resumes() {
     std::vector<float> ref;
     std::vector<int32_t> gref;
     {
@@ -273,8 +273,8 @@ TEST_F(NcclWorkers, StalledAndKilledWorkersFailCleanlyAndServiceResumes) {
         *secs = std::chrono::duration<double>(clk::now() - t0).count();
     };
 
-    // Two clean steps of the row count the faults hit first (with DS41RT_NCCL_GRAPHS=1 in the
-    // environment, one eager, one captured: the faults then hit replayed steps).
+    // Two clean steps of the row count the faults hit first (with graphs, one eager, one
+    // captured: the faults then hit replayed steps).
     auto warm = [&] {
         for (int i = 0; i < 2; i++) {
             Status ok;
@@ -341,6 +341,20 @@ TEST_F(NcclWorkers, StalledAndKilledWorkersFailCleanlyAndServiceResumes) {
     std::printf("[ nccl worker ] after the restart: max |dlogit| / max |logit| = %.3g\n", err);
     EXPECT_LE(err, 1e-5);
     EXPECT_EQ(gafter, gref);
+}
+
+// Replayed steps (the default): a stalled worker resumed after the abort used to die of SIGSEGV
+// in NCCL's reclaim (its stream and buffers were freed under it; nccl_link::hold_until_aborted).
+TEST_F(NcclWorkers, StalledAndKilledWorkersFailCleanlyAndServiceResumes) {
+    stalled_and_killed_workers_fail_cleanly_and_service_resumes();
+}
+
+TEST_F(NcclWorkers, StalledAndKilledWorkersFailCleanlyOnEagerSteps) {
+    struct eager_env {
+        eager_env() { setenv("DS41RT_NCCL_GRAPHS", "0", 1); }
+        ~eager_env() { unsetenv("DS41RT_NCCL_GRAPHS"); }
+    } env;
+    stalled_and_killed_workers_fail_cleanly_and_service_resumes();
 }
 
 TEST_F(NcclWorkers, AStatusWordIsAnErrorNamingItsReason) {

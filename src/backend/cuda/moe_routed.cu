@@ -566,6 +566,24 @@ Status run_moe_routed(const moe_routed_plan &plan, const float *x, const int32_t
     return Status::ok();
 }
 
+namespace {
+
+// One thread: 8 bytes read, 4 written; a launch's latency.
+__global__ void moe_routed_flag_kernel(const int *err, int32_t *word, int32_t fail_value) {
+    if (err[ERR_HELD] || err[ERR_ROWS]) *word = fail_value;
+}
+
+}  // namespace
+
+Status moe_routed_flag_error(const moe_routed_plan &plan, const void *workspace, int32_t *word, int32_t fail_value,
+                             cudaStream_t stream) {
+    if (!workspace || !word) return Status::invalid_argument("moe_routed_flag_error: null workspace or word");
+    const int *err = reinterpret_cast<const int *>(static_cast<const char *>(workspace) + plan.off_routing);
+    moe_routed_flag_kernel<<<1, 1, 0, stream>>>(err, word, fail_value);
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return Status::ok();
+}
+
 Status moe_routed_error(const moe_routed_plan &plan, void *workspace, cudaStream_t stream) {
     int err[ERR_WORDS] = {};
     char *words = static_cast<char *>(workspace) + plan.off_routing;

@@ -88,4 +88,10 @@ Status run_moe_routed(const moe_routed_plan &plan, const float *x, const int32_t
 // naming an expert with more than 8 * nt routes in one step.
 Status moe_routed_error(const moe_routed_plan &plan, void *workspace, cudaStream_t stream);
 
+// Its stream-ordered twin, for a run whose answer leaves without a host synchronisation (an NCCL
+// worker's status word): when the workspace's error word is set, writes fail_value to *word
+// (device memory), and leaves the error word for moe_routed_error to name and clear later.
+Status moe_routed_flag_error(const moe_routed_plan &plan, const void *workspace, int32_t *word, int32_t fail_value,
+                             cudaStream_t stream);
+
 }  // namespace ds41rt::backend::cuda

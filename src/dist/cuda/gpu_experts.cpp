@@ -3,11 +3,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/dummy_fill.cuh"
 #include "backend/cuda/moe_decode.cuh"
+#include "backend/cuda/moe_routed.cuh"
 
 namespace ds41rt::dist {
 
@@ -21,6 +23,16 @@ struct gpu_experts::impl {
     // Per-request device buffers, grown on demand.
     void *x = nullptr, *out = nullptr, *buf = nullptr, *ws = nullptr;
     size_t x_bytes = 0, out_bytes = 0, buf_bytes = 0, ws_bytes = 0;
+    // run_routed: plans by (layer, rows, K, act_block, weight_after_w2), each uploading the
+    // layer's expert table once; workspaces by the rest (the layers' slices share shapes, so
+    // their plans share a layout), zeroed once when made.
+    struct routed_ws {
+        void *mem = nullptr;
+        const cuda::moe_routed_plan *plan = nullptr;
+    };
+    std::map<std::tuple<int, int, int, int, bool>, cuda::moe_routed_plan> rplans;
+    std::map<std::tuple<int, int, int, bool>, routed_ws> rws;
+    cudaEvent_t in_ev = nullptr, out_ev = nullptr;
 
     Status grow(void **p, size_t *have, size_t need) {
         if (need <= *have) return Status::ok();
@@ -49,6 +61,9 @@ gpu_experts::~gpu_experts() {
     if (p_->stream) cudaStreamSynchronize(p_->stream);
     for (void *b : p_->blocks) cudaFree(b);
     for (void *b : {p_->x, p_->out, p_->buf, p_->ws}) cudaFree(b);
+    for (auto &[k, w] : p_->rws) cudaFree(w.mem);
+    if (p_->in_ev) cudaEventDestroy(p_->in_ev);
+    if (p_->out_ev) cudaEventDestroy(p_->out_ev);
     if (p_->stream) cudaStreamDestroy(p_->stream);
 }
 
@@ -164,6 +179,61 @@ Status gpu_experts::run_device(int layer, const backend::cpu::expert_numerics &n
     }
     DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(p.stream));
     return Status::ok();
+}
+
+Status gpu_experts::run_routed(int layer, const backend::cpu::expert_numerics &nm, const float *x, const int32_t *ids,
+                               const float *weights, int64_t rows, int k, float *out, int32_t *status_word,
+                               int32_t fail_value, cudaStream_t stream) {
+    auto it = p_->layers.find(layer);
+    if (it == p_->layers.end()) return Status::not_found("layer " + std::to_string(layer) + " is not on this GPU");
+    impl &p = *p_;
+    cuda::moe_layer L = it->second;
+    L.act_block = nm.official ? int(nm.act_block) : 0;
+    L.weight_after_w2 = nm.weight_after_w2;
+    const int64_t D = L.D;
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(p.dev.device));
+    if (!p.in_ev) DS41RT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&p.in_ev, cudaEventDisableTiming));
+    if (!p.out_ev) DS41RT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&p.out_ev, cudaEventDisableTiming));
+    // The arithmetic runs on this object's stream, so the workspaces are used in one order
+    // whatever link asks; the caller's stream waits for it.
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaEventRecord(p.in_ev, stream));
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(p.stream, p.in_ev, 0));
+    for (int64_t r0 = 0; r0 < rows; r0 += cuda::MOE_MAX_ROWS) {
+        const int B = int(std::min<int64_t>(cuda::MOE_MAX_ROWS, rows - r0));
+        auto key = std::make_tuple(layer, B, k, L.act_block, L.weight_after_w2);
+        auto pi = p.rplans.find(key);
+        if (pi == p.rplans.end()) {
+            auto plan = cuda::plan_moe_routed(p.dev, L, B, k);
+            if (!plan) return plan.status();
+            pi = p.rplans.emplace(key, std::move(plan.value())).first;
+        }
+        const cuda::moe_routed_plan &plan = pi->second;
+        impl::routed_ws &w = p.rws[std::make_tuple(B, k, L.act_block, L.weight_after_w2)];
+        if (!w.mem) {
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&w.mem, plan.workspace_bytes));
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w.mem, 0, plan.workspace_bytes, p.stream));
+            w.plan = &plan;
+        } else if (w.plan->workspace_bytes != plan.workspace_bytes) {
+            return Status::internal("layer " + std::to_string(layer) + ": routed-expert workspace layout differs from "
+                                    "another layer's at " + std::to_string(B) + " rows");
+        }
+        DS41RT_RETURN_IF_ERROR(
+            cuda::run_moe_routed(plan, x + r0 * D, ids + r0 * k, weights + r0 * k, out + r0 * D, w.mem, p.stream));
+        DS41RT_RETURN_IF_ERROR(cuda::moe_routed_flag_error(plan, w.mem, status_word, fail_value, p.stream));
+    }
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaEventRecord(p.out_ev, p.stream));
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, p.out_ev, 0));
+    return Status::ok();
+}
+
+Status gpu_experts::routed_errors() {
+    Status first;
+    for (auto &[key, w] : p_->rws) {
+        if (!w.plan) continue;
+        Status st = cuda::moe_routed_error(*w.plan, w.mem, p_->stream);
+        if (!st && first) first = st;
+    }
+    return first;
 }
 
 }  // namespace ds41rt::dist

@@ -1,6 +1,7 @@
 // An expert worker's TP slices on a GPU: the routed experts of its layers in MXFP4 as the
 // checkpoint stores them (each rank's rows of w1 / w3 and columns of w2, cut in the stored form),
-// run through the MoE decode kernels (backend/cuda/moe_decode) for each request.
+// run through the MoE decode kernels for each request: backend/cuda/moe_decode from host routes,
+// or backend/cuda/moe_routed from routes already on the GPU (the NCCL worker).
 //
 // What crosses this boundary: slices in at load; per request host rows and routes in, the FP32
 // partial rows out, with the rounding points of backend/cpu routed_expert_sum, so a GPU worker
@@ -8,6 +9,8 @@
 //
 // Threads: one request at a time (the worker serialises its arithmetic).
 #pragma once
+
+#include <cuda_runtime.h>
 
 #include <array>
 #include <map>
@@ -44,6 +47,17 @@ public:
     // partial is written.
     Status run_device(int layer, const backend::cpu::expert_numerics &nm, const float *hidden_dev, int64_t rows,
                       const backend::cpu::route_table &rt, float *partial_dev);
+    // The same from routes on this GPU (ids [rows, K] int32, -1 = no route, weights [rows, K]
+    // fp32: the router's outputs as the NCCL worker receives them), stream-ordered after and
+    // before `stream`'s work, with no host synchronisation (backend/cuda moe_routed, whose output
+    // is bit-identical to run_device's for the same routes). A route naming an expert this slice
+    // lacks (or an expert repeated past the kernels' limit) sets *status_word (device memory) to
+    // fail_value; routed_errors() names it afterwards.
+    Status run_routed(int layer, const backend::cpu::expert_numerics &nm, const float *x_dev, const int32_t *ids_dev,
+                      const float *weights_dev, int64_t rows, int k, float *partial_dev, int32_t *status_word,
+                      int32_t fail_value, cudaStream_t stream);
+    // What run_routed flagged since the last call, named (and cleared); synchronises.
+    Status routed_errors();
     bool has_layer(int layer) const;
     int device() const;
     size_t device_bytes() const { return bytes_; }

@@ -66,12 +66,14 @@ void nccl_link::abort() {
     // waited for it hung past every deadline (the H200 fault test, 2026-11-30). The reclaim runs
     // on a thread of its own; the caller goes on at once and only waits, bounded, for its stream
     // to drain. A peer that never comes back leaves that thread and the communicator's memory
-    // behind until the process ends.
-    std::thread([c = comm_, dev = device_, peer = peer_] {
+    // behind until the process ends, and what hold_until_aborted() was given with them.
+    std::thread([c = comm_, dev = device_, peer = peer_, held = std::move(held_)]() mutable {
         cudaSetDevice(dev);
         if (const ncclResult_t r = ncclCommAbort(c); r != ncclSuccess)
             spdlog::warn("nccl: abort of the link to {}: {}", peer, ncclGetErrorString(r));
+        held.clear();  // freed here, after the reclaim
     }).detach();
+    held_.clear();
     comm_ = nullptr;
 }
 

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "dist/nccl_wire.h"
@@ -48,6 +49,11 @@ public:
     // Returns at once: the device kernels on the link end shortly after (wait on the stream),
     // the resources are freed once the peer has aborted too.
     void abort();
+    // What the communicator's queued work touches (the caller's stream, event and buffers): an
+    // abort holds it until ncclCommAbort has returned, so the owner never frees it under the
+    // reclaim. (The worker freed its stream and buffers right after a detached abort, and the
+    // reclaim, resumed after a SIGSTOP, died of SIGSEGV in cuStreamWaitEvent: H200 x2, session 7.)
+    void hold_until_aborted(std::shared_ptr<void> r) { held_.push_back(std::move(r)); }
 
     ncclComm_t comm() const { return comm_; }
     bool alive() const { return comm_ != nullptr; }
@@ -59,6 +65,7 @@ private:
     ncclComm_t comm_ = nullptr;
     int device_ = 0;
     std::string peer_;
+    std::vector<std::shared_ptr<void>> held_;
 };
 
 }  // namespace ds41rt::dist

@@ -2,11 +2,14 @@
 // channel's NCCL_BOOTSTRAP has been answered, join the communicator and serve requests on it
 // until the coordinator hangs up the control channel, the link fails, or stop is set.
 //
-// Per request: receive the 64-byte header, check it on the host (a synchronisation is fine
-// here), receive x, ids and weights, run this worker's slice of the layer (gpu_experts; the
-// ids and weights come to the host to build its route table), send the partial rows and the
-// status word back. A header that decodes but does not fit this worker is drained and answered
-// with a non-zero status; one that does not decode ends the link (the sizes are unknown).
+// Per request, one host synchronisation: the 64-byte header comes down to the host (it sizes
+// the payload) and is checked there; then, queued on the link's stream without waiting: receive
+// x, ids and weights, run this worker's slice of the layer from the routes on the GPU
+// (gpu_experts run_routed), send the partial rows and the status word back, and post the
+// receive of the next header. A header that decodes but does not fit this worker is drained and
+// answered with a non-zero status; one that does not decode ends the link (the sizes are
+// unknown). A request whose routes the slice cannot serve is answered EXPERTS_FAILED, and the
+// reason is logged when the next header arrives.
 //
 // Threads: runs on the control channel's thread; `compute` serialises the expert arithmetic
 // with the worker's other connections.

@@ -139,12 +139,10 @@ public:
         bool any_nccl = false;
         for (int l = 0; l < int(layout_.layer_ranks.size()); l++) any_nccl = any_nccl || layout_.layer_nccl(l);
         if (any_nccl) {
-            // NCCL layers inside the captured step are opt-in (DS41RT_NCCL_GRAPHS=1) until a
-            // fault case is understood: on the 2 x H200 host a worker stopped (SIGSTOP) while a
-            // replayed step waited on it, then resumed after the coordinator's abort, died of a
-            // segfault (docs/perf/2026-11-30-session6.md). Eager steps wait per layer, as before.
+            // NCCL layers are graph pieces of the captured step; DS41RT_NCCL_GRAPHS=0 runs them
+            // eagerly with a watched wait per layer (the comparison bench-remote makes).
             const char *g = std::getenv("DS41RT_NCCL_GRAPHS");
-            nccl_graphs_ = g && std::string(g) == "1";
+            nccl_graphs_ = !(g && std::string(g) == "0");
             nccl_ = std::make_unique<experts::nccl_remote>(layout_, c_.dim, m_->device().device);
             // A step's synchronisations also watch its NCCL exchanges (a replayed step has no
             // per-layer wait): a dead or stalled worker ends them with UNAVAILABLE, never a hang.
@@ -829,7 +827,7 @@ private:
     experts::remote_layout layout_;
     std::unique_ptr<experts::remote_experts> remote_;  // set when some layers are remote
     mutable bool graphed_ = false;  // this step's pieces are graphs (captured or replayed)
-    bool nccl_graphs_ = false;      // NCCL layers may be graph pieces (DS41RT_NCCL_GRAPHS=1)
+    bool nccl_graphs_ = false;      // NCCL layers may be graph pieces (unless DS41RT_NCCL_GRAPHS=0)
 #ifdef DS41RT_HAVE_NCCL
     std::unique_ptr<experts::nccl_remote> nccl_;  // set when some layers are on NCCL workers
 #else

@@ -29,9 +29,16 @@ struct nccl_remote::peer {
     std::unique_ptr<nccl_link> link;
     bool ever_linked = false;
     float *resp_d = nullptr;  // [capacity rows * dim + 1] the partial and the status word
-    ~peer() {
-        link.reset();  // abort first: its kernels end, and cudaFree below waits for them
-        cudaFree(resp_d);
+    std::shared_ptr<void> resp;  // owns resp_d; a link's abort holds it too (freed after the reclaim)
+    Status alloc_resp(size_t bytes) {
+        resp.reset();
+        resp_d = nullptr;
+        void *q = nullptr;
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&q, bytes));
+        resp = std::shared_ptr<void>(q, [](void *v) { cudaFree(v); });
+        resp_d = static_cast<float *>(q);
+        if (link) link->hold_until_aborted(resp);
+        return Status::ok();
     }
 };
 
@@ -105,6 +112,7 @@ Status nccl_remote::ensure_linked(int w, deadline d) {
     p.ever_linked = true;
     p.ch = std::move(ch.value());
     p.link = std::move(link.value());
+    if (p.resp) p.link->hold_until_aborted(p.resp);
     return Status::ok();
 }
 
@@ -158,11 +166,7 @@ Status nccl_remote::prepare(int64_t rows) {
     // longer step.
     if (rows > capacity_rows_) {
         const int64_t cap = std::max<int64_t>(rows, 16);
-        for (auto &p : peers_) {
-            cudaFree(p->resp_d);
-            p->resp_d = nullptr;
-            DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void **>(&p->resp_d), size_t(cap * dim_ + 1) * sizeof(float)));
-        }
+        for (auto &p : peers_) DS41RT_RETURN_IF_ERROR(p->alloc_resp(size_t(cap * dim_ + 1) * sizeof(float)));
         capacity_rows_ = cap;
         generation_++;
     }
