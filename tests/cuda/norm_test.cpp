@@ -7,7 +7,8 @@
 // With bf16 output a 1-ulp fp32 difference could move a value across a bf16 tie: one bf16 ulp,
 // at most 2^-7 relative.
 // rms_norm_unweighted_bf16: bit-exact (the GPU adds in the host's order).
-// Outputs are poisoned with NaN; the in-place bf16 norm is checked on every element.
+// Outputs are poisoned with NaN; the in-place bf16 norm is checked on every element. Widths that are
+// multiples of 4 up to 8192 take the float4 kernel, the others the scalar one (both tested).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -70,6 +71,18 @@ TEST_F(CudaNorm, V41HiddenRows) {
 TEST_F(CudaNorm, V4HiddenRows) {
     check(16, 4096, 1e-6f, true, false, false);
     check(4 * 64, 512, 1e-6f, false, false, true);
+}
+
+// The scalar kernel: widths the float4 kernel does not take (not a multiple of 4, wider than
+// 8192), and the decode-time single row the float4 kernel serves, timed.
+TEST_F(CudaNorm, ScalarAndVectorPaths) {
+    check(3, 1001, 1e-6f, true, false, false);
+    check(2, 9216, 1e-6f, true, true, true);
+    check(1, 8192, 1e-20f, true, false, true);
+    dev_vec<float> x(testing_util::random_normal(5120, 3)), w(testing_util::random_normal(5120, 4));
+    testing_util::print_timing("rms_norm [1, 5120] in place", 5120 * 12.0, [&] {
+        (void)cuda::rms_norm_rows(x.p, w.p, x.p, 1, 5120, 1e-20f, true, nullptr);
+    });
 }
 
 TEST_F(CudaNorm, UnweightedBf16PerHeadIsBitExact) {
