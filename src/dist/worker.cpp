@@ -98,18 +98,36 @@ Result<std::unique_ptr<expert_worker>> expert_worker::load(const std::string &mo
                 if (!g) return Status(g.status().code(), "worker: GPU " + std::to_string(device) + ": " + g.status().message());
                 wk->gpu_ = std::move(g.value());
             }
-            std::vector<std::array<model::mxfp4_slice, 3>> slices(size_t(c.n_routed_experts));
-            for (int e = 0; e < c.n_routed_experts; e++) {
-                const std::string ep = p + std::to_string(e) + ".";
-                const std::pair<const char *, model::slice_axis> parts[] = {
-                    {"w1.weight", model::slice_axis::OUT}, {"w2.weight", model::slice_axis::IN}, {"w3.weight", model::slice_axis::OUT}};
-                for (int i = 0; i < 3; i++) {
-                    auto t = model::expert_slice_mxfp4(w, ep + parts[i].first, parts[i].second, ls.slice.begin, ls.slice.end);
-                    if (!t) return Status(t.status().code(), "worker: " + t.status().message());
-                    slices[size_t(e)][size_t(i)] = std::move(t.value());
+            // Each expert's {w1, w2, w3} cut in the stored format, by `slice` (expert_slice_*).
+            auto cut_all = [&](auto slice, auto &slices) -> Status {
+                slices.resize(size_t(c.n_routed_experts));
+                for (int e = 0; e < c.n_routed_experts; e++) {
+                    const std::string ep = p + std::to_string(e) + ".";
+                    const std::pair<const char *, model::slice_axis> parts[] = {
+                        {"w1.weight", model::slice_axis::OUT}, {"w2.weight", model::slice_axis::IN}, {"w3.weight", model::slice_axis::OUT}};
+                    for (int i = 0; i < 3; i++) {
+                        auto t = slice(w, ep + parts[i].first, parts[i].second, ls.slice.begin, ls.slice.end);
+                        if (!t) return Status(t.status().code(), "worker: " + t.status().message());
+                        slices[size_t(e)][size_t(i)] = std::move(t.value());
+                    }
                 }
+                return Status::ok();
+            };
+            const std::string at = "worker: layer " + std::to_string(lp.layer) + " on GPU " + std::to_string(device) + ": ";
+            if (c.routed_quant == model::expert_quant::NVFP4) {
+                std::vector<std::array<model::nvfp4_slice, 3>> slices;
+                DS41RT_RETURN_IF_ERROR(cut_all(model::expert_slice_nvfp4, slices));
+                if (Status st = wk->gpu_->add_nvfp4_layer(lp.layer, c.dim, c.swiglu_limit, std::move(slices)); !st)
+                    return Status(st.code(), at + st.message());
+            } else if (c.routed_quant == model::expert_quant::OFFICIAL) {
+                std::vector<std::array<model::mxfp4_slice, 3>> slices;
+                DS41RT_RETURN_IF_ERROR(cut_all(model::expert_slice_mxfp4, slices));
+                if (Status st = wk->gpu_->add_layer(lp.layer, c.dim, c.swiglu_limit, std::move(slices)); !st)
+                    return Status(st.code(), at + st.message());
+            } else {
+                return Status::not_supported(at + std::string(model::expert_quant_name(c.routed_quant)) +
+                                             " routed experts run on CPU workers only for now (--device -1)");
             }
-            DS41RT_RETURN_IF_ERROR(wk->gpu_->add_layer(lp.layer, c.dim, c.swiglu_limit, std::move(slices)));
             wk->layers_[lp.layer] = std::move(ls);
             continue;
 #else

@@ -37,26 +37,32 @@ Tensor cut(const Tensor &w, slice_axis axis, int64_t b, int64_t e) {
 
 // Each weight decodes from its own code nibble and its row's 16-input block scale, so the decoded
 // slice is the slice of the decoded tensor whatever the cut; the 16-alignment keeps the nibble
-// pairs and scale blocks whole in the stored bytes.
-Tensor nvfp4_slice(const nvfp4_linear &l, slice_axis axis, int64_t b, int64_t e) {
+// pairs and scale blocks whole in the stored bytes. The cut bytes land in codes / scales.
+nvfp4_linear nvfp4_cut(const nvfp4_linear &l, slice_axis axis, int64_t b, int64_t e, std::vector<uint8_t> *codes,
+                       std::vector<uint8_t> *scales) {
     nvfp4_linear s = l;
-    std::vector<uint8_t> codes, scales;
     if (axis == slice_axis::OUT) {
         s.out = e - b;
-        s.codes = l.codes + b * (l.in / 2);
-        s.scales = l.scales + b * (l.in / 16);
+        codes->assign(l.codes + b * (l.in / 2), l.codes + e * (l.in / 2));
+        scales->assign(l.scales + b * (l.in / 16), l.scales + e * (l.in / 16));
     } else {
         s.in = e - b;
-        codes.resize(size_t(l.out * s.in / 2));
-        scales.resize(size_t(l.out * s.in / 16));
+        codes->resize(size_t(l.out * s.in / 2));
+        scales->resize(size_t(l.out * s.in / 16));
         for (int64_t r = 0; r < l.out; r++) {
-            std::copy(l.codes + r * (l.in / 2) + b / 2, l.codes + r * (l.in / 2) + e / 2, codes.data() + r * (s.in / 2));
+            std::copy(l.codes + r * (l.in / 2) + b / 2, l.codes + r * (l.in / 2) + e / 2, codes->data() + r * (s.in / 2));
             std::copy(l.scales + r * (l.in / 16) + b / 16, l.scales + r * (l.in / 16) + e / 16,
-                      scales.data() + r * (s.in / 16));
+                      scales->data() + r * (s.in / 16));
         }
-        s.codes = codes.data();
-        s.scales = scales.data();
     }
+    s.codes = codes->data();
+    s.scales = scales->data();
+    return s;
+}
+
+Tensor nvfp4_slice_f32(const nvfp4_linear &l, slice_axis axis, int64_t b, int64_t e) {
+    std::vector<uint8_t> codes, scales;
+    const nvfp4_linear s = nvfp4_cut(l, axis, b, e, &codes, &scales);
     Tensor out = Tensor::f32({s.out, s.in});
     nvfp4_dequantize(s, out.f());
     return out;
@@ -96,9 +102,9 @@ Tensor exl3_slice(const exl3_linear &l, slice_axis axis, int64_t b, int64_t e) {
     return out;
 }
 
-}  // namespace
-
-Result<Tensor> expert_slice_f32(const weights &w, const std::string &name, slice_axis axis, int64_t begin, int64_t end) {
+// The tensor's storage format once [begin, end) is a non-empty, in-range cut of whole blocks of
+// it on `axis`; INVALID_ARGUMENT naming the tensor otherwise.
+Result<storage_format> checked_cut(const weights &w, const std::string &name, slice_axis axis, int64_t begin, int64_t end) {
     const catalog_entry *e = w.entry(name);
     if (!e) return Status::not_found("tensor " + name + ": not in the catalog");
     Result<storage_format> f = w.format(name);
@@ -115,10 +121,18 @@ Result<Tensor> expert_slice_f32(const weights &w, const std::string &name, slice
     if (begin % align != 0 || end % align != 0)
         return Status::invalid_argument(fmt::format("tensor {}: TP slice [{}, {}) of its {} {} is not whole {}-channel blocks ({})",
                                                     name, begin, end, extent, axis_name, align, block_reason(*f)));
+    return f;
+}
+
+}  // namespace
+
+Result<Tensor> expert_slice_f32(const weights &w, const std::string &name, slice_axis axis, int64_t begin, int64_t end) {
+    Result<storage_format> f = checked_cut(w, name, axis, begin, end);
+    if (!f) return f.status();
     if (*f == storage_format::NVFP4) {
         Result<nvfp4_linear> l = w.nvfp4(name);
         if (!l) return l.status();
-        return nvfp4_slice(*l, axis, begin, end);
+        return nvfp4_slice_f32(*l, axis, begin, end);
     }
     if (*f == storage_format::EXL3) {
         Result<exl3_linear> l = w.exl3(name);
@@ -165,6 +179,22 @@ Result<mxfp4_slice> expert_slice_mxfp4(const weights &w, const std::string &name
         std::copy(c + r * cb + begin / 2, c + r * cb + begin / 2 + scb, s.codes.data() + r * scb);
         std::copy(sc + r * sb + begin / 32, sc + r * sb + begin / 32 + ssb, s.scales.data() + r * ssb);
     }
+    return s;
+}
+
+Result<nvfp4_slice> expert_slice_nvfp4(const weights &w, const std::string &name, slice_axis axis, int64_t begin,
+                                       int64_t end) {
+    Result<storage_format> f = checked_cut(w, name, axis, begin, end);
+    if (!f) return f.status();
+    if (*f != storage_format::NVFP4) return Status::not_supported("tensor " + name + ": not stored as NVFP4");
+    Result<nvfp4_linear> l = w.nvfp4(name);
+    if (!l) return l.status();
+    nvfp4_slice s;
+    const nvfp4_linear c = nvfp4_cut(*l, axis, begin, end, &s.codes, &s.scales);
+    s.out = c.out;
+    s.in = c.in;
+    s.weight_scale_2 = c.weight_scale_2;
+    s.input_scale = c.input_scale;
     return s;
 }
 

@@ -36,4 +36,15 @@ struct mxfp4_slice {
 Result<mxfp4_slice> expert_slice_mxfp4(const weights &w, const std::string &name, slice_axis axis, int64_t begin,
                                        int64_t end);
 
+// The same for an NVFP4 expert (a GPU worker's W4A4 kernels read it as published): codes
+// [out, in / 2], E4M3 scales [out, in / 16] (plain row-major) of the slice, contiguous, and the
+// tensor's two scalars. NOT_SUPPORTED for a tensor stored otherwise.
+struct nvfp4_slice {
+    std::vector<uint8_t> codes, scales;
+    int64_t out = 0, in = 0;
+    float weight_scale_2 = 0, input_scale = 0;
+};
+Result<nvfp4_slice> expert_slice_nvfp4(const weights &w, const std::string &name, slice_axis axis, int64_t begin,
+                                       int64_t end);
+
 }  // namespace ds41rt::model

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -329,6 +330,12 @@ int sweep(const cuda::device_info &dev, const std::string &out, double copy_bw) 
 
 int main(int argc, char **argv) {
     const std::string out = argc > 1 ? argv[1] : ".";
+    std::error_code ec;
+    std::filesystem::create_directories(out, ec);  // the report files go there
+    if (ec) {
+        std::fprintf(stderr, "ds41rt_cuda_bench: cannot create %s: %s\n", out.c_str(), ec.message().c_str());
+        return 1;
+    }
     auto d = cuda::query_device();
     if (!d) {
         std::fprintf(stderr, "%s\n", d.status().to_string().c_str());

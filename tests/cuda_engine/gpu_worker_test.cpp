@@ -6,6 +6,13 @@
 //    CPU sums in fp64: ~1e-6); OFFICIAL printed (bf16 rounding points amplify order effects);
 //  - a coordinator with two GPU workers over TCP at TP2 (the CPU engine, then the GPU engine as
 //    coordinator): logits within 1e-5 of the same engine alone, the same greedy tokens.
+//  - NVFP4 (ModelOpt W4A4, quantized_model.h's tiny model: intermediate 96): TP3 slices (32 wide)
+//    on the GPU against the CPU worker's, with nvfp4_moe_decode_test's end-to-end bounds (every
+//    row within 2e-2 of its largest |partial|, the median row within 1e-3: a GEMV sum a last bit
+//    apart can cross a bf16 rounding of gate / up and then an E2M1 code of h); TP2 (48-wide
+//    slices) refused at load, since the W4A4 GEMV takes whole 32-channel inputs; a CPU coordinator
+//    with three GPU workers against the same with three CPU workers: OFFICIAL greedy tokens equal,
+//    distances printed.
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -25,12 +32,33 @@
 #include "engine/engine.h"
 #include "experts/from_plan.h"
 #include "model/synth.h"
+#include "quantized_model.h"
 #include "tiny_synth.h"
 
 namespace ds41rt {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Layers 2.. remote on `tp` ranks (workers on port list, GPU 0 each), the first two local.
+dist::Plan make_plan(const std::vector<int> &ports, int tp, const std::string &format = "official") {
+    dist::Plan p;
+    p.model_type = "deepseek_v41";
+    p.format = format;
+    p.num_layers = 12;
+    p.coordinator.push_back({"cpu", 0, {}});
+    for (int port : ports) p.workers.push_back({"127.0.0.1:" + std::to_string(port), 0, {}});
+    for (int l = 0; l < 12; l++) {
+        dist::LayerPlacement lp;
+        lp.layer = l;
+        if (l >= 2) {
+            lp.remote = true;
+            for (int r = 0; r < tp; r++) lp.ranks.push_back(r);
+        }
+        p.layers.push_back(lp);
+    }
+    return p;
+}
 
 class GpuWorker : public ::testing::Test {
 protected:
@@ -45,25 +73,6 @@ protected:
     void SetUp() override {
         auto d = backend::cuda::query_device(0);
         if (!d) GTEST_SKIP() << d.status().to_string();
-    }
-
-    static dist::Plan make_plan(const std::vector<int> &ports, int tp) {
-        dist::Plan p;
-        p.model_type = "deepseek_v41";
-        p.format = "official";
-        p.num_layers = 12;
-        p.coordinator.push_back({"cpu", 0, {}});
-        for (int port : ports) p.workers.push_back({"127.0.0.1:" + std::to_string(port), 0, {}});
-        for (int l = 0; l < 12; l++) {
-            dist::LayerPlacement lp;
-            lp.layer = l;
-            if (l >= 2) {
-                lp.remote = true;
-                for (int r = 0; r < tp; r++) lp.ranks.push_back(r);
-            }
-            p.layers.push_back(lp);
-        }
-        return p;
     }
 
     static fs::path dir_;
@@ -183,6 +192,145 @@ TEST_F(GpuWorker, CoordinatorWithTwoGpuWorkersMatchesSingleProcess) {
         EXPECT_LE(e, 1e-5);
         EXPECT_EQ(ga[k], gb[k]);
     }
+}
+
+class GpuWorkerNvfp4 : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        dir_ = fs::temp_directory_path() / ("ds41rt_gpu_worker_nvfp4_" + std::to_string(getpid()));
+        make_quantized_model(dir_, "nvfp4");
+    }
+    static void TearDownTestSuite() {
+        fs::remove_all(dir_);
+        fs::remove_all(dir_.string() + "_src");
+    }
+    void SetUp() override {
+        auto d = backend::cuda::query_device(0);
+        if (!d) GTEST_SKIP() << d.status().to_string();
+    }
+    static fs::path dir_;
+};
+fs::path GpuWorkerNvfp4::dir_;
+
+TEST_F(GpuWorkerNvfp4, PartialsMatchTheCpuWorker) {
+    const int tp = 3;
+    dist::Plan plan = make_plan(std::vector<int>(size_t(tp), 1), tp, "nvfp4");
+    for (bool official : {false, true})
+        for (int rows : {1, 6, 20}) {
+            const int64_t D = 64;
+            std::mt19937 rng(uint32_t(rows * 7 + tp));
+            std::normal_distribution<float> nd(0.0f, 1.0f);
+            std::vector<float> x(size_t(rows * D));
+            for (float &v : x) v = nd(rng);
+            backend::cpu::route_table rt;
+            rt.offsets.push_back(0);
+            for (int r = 0; r < rows; r++) {
+                for (int k = 0; k < 2; k++) rt.routes.push_back({uint32_t((r * 3 + k * 5) % 8), 0.3f + 0.1f * k});
+                rt.offsets.push_back(uint32_t(rt.routes.size()));
+            }
+            for (int rank = 0; rank < tp; rank++) {
+                std::vector<float> got[2];
+                for (int dev : {-1, 0}) {
+                    auto wk = dist::expert_worker::load(dir_.string(), plan, rank, dev);
+                    ASSERT_TRUE(wk) << wk.status().to_string();
+                    dist::frame_header h;
+                    h.placement_version = plan.version();
+                    h.layer = 3;
+                    if (official) h.flags |= dist::FLAG_OFFICIAL;
+                    bool close_after = false;
+                    auto r = dist::decode_response((*wk)->handle(dist::encode_request(h, rt, x.data(), uint32_t(D)), &close_after));
+                    ASSERT_TRUE(r) << r.status().to_string();
+                    got[dev + 1] = r->partial;
+                }
+                ASSERT_EQ(got[0].size(), size_t(rows * D));
+                ASSERT_EQ(got[1].size(), got[0].size());
+                std::vector<double> row_err;
+                for (int r = 0; r < rows; r++) {
+                    double num = 0, den = 0;
+                    for (int64_t d = 0; d < D; d++) {
+                        const float c = got[0][size_t(r * D + d)], g = got[1][size_t(r * D + d)];
+                        ASSERT_TRUE(std::isfinite(g)) << "rank " << rank << " row " << r << " element " << d;
+                        num = std::max(num, double(std::fabs(g - c)));
+                        den = std::max(den, double(std::fabs(c)));
+                    }
+                    row_err.push_back(den > 0 ? num / den : num);
+                }
+                std::sort(row_err.begin(), row_err.end());
+                const double worst = row_err.back(), median = row_err[row_err.size() / 2];
+                std::printf("[ gpu worker ] NVFP4 TP%d rank %d %s rows %2d: per row max |gpu - cpu| / max |cpu|: worst %.3g, "
+                            "median %.3g\n",
+                            tp, rank, official ? "official    " : "transformers", rows, worst, median);
+                EXPECT_LE(worst, 2e-2) << "rank " << rank << " rows " << rows;
+                EXPECT_LE(median, 1e-3) << "rank " << rank << " rows " << rows;
+            }
+        }
+}
+
+TEST_F(GpuWorkerNvfp4, SlicesNotWhole32ChannelsAreRefusedAtLoad) {
+    dist::Plan plan = make_plan({1, 2}, 2, "nvfp4");  // 96 / 2 = 48 channels a rank
+    auto cpu = dist::expert_worker::load(dir_.string(), plan, 0, -1);
+    ASSERT_TRUE(cpu) << cpu.status().to_string();  // the CPU worker serves any 16-channel cut
+    auto gpu = dist::expert_worker::load(dir_.string(), plan, 0, 0);
+    ASSERT_FALSE(gpu);
+    EXPECT_EQ(gpu.status().code(), status_code::INVALID_ARGUMENT);
+    EXPECT_NE(gpu.status().message().find("whole 32-channel"), std::string::npos) << gpu.status().message();
+    std::printf("[ gpu worker ] NVFP4 TP2: %s\n", gpu.status().message().c_str());
+}
+
+TEST_F(GpuWorkerNvfp4, CpuCoordinatorWithThreeGpuWorkersMatchesThreeCpuWorkers) {
+    std::vector<float> logits[2];
+    std::vector<int32_t> greedy[2];
+    for (int dev : {-1, 0}) {
+        std::vector<std::unique_ptr<dist::tcp_listener>> ls;
+        std::vector<int> ports;
+        for (int i = 0; i < 3; i++) {
+            auto l = dist::tcp_listener::listen("127.0.0.1:0");
+            ASSERT_TRUE(l) << l.status().to_string();
+            ports.push_back((*l)->port());
+            ls.push_back(std::move(l.value()));
+        }
+        dist::Plan plan = make_plan(ports, 3, "nvfp4");
+        std::atomic<bool> stop{false};
+        std::vector<std::thread> threads;
+        for (int r = 0; r < 3; r++) {
+            auto w = dist::expert_worker::load(dir_.string(), plan, r, dev);
+            ASSERT_TRUE(w) << w.status().to_string();
+            threads.emplace_back([w = std::move(w.value()), l = std::move(ls[size_t(r)]), &stop]() mutable {
+                Status st = w->serve(*l, stop);
+                EXPECT_TRUE(st) << st.to_string();
+            });
+        }
+        engine::engine_options o;
+        o.mode = engine::numerics::OFFICIAL;
+        o.backend = engine::backend_kind::CPU;
+        o.remote = experts::layout_from_plan(plan, 5000, 1000);
+        {
+            auto e = engine::engine::open(dir_.string(), o);
+            ASSERT_TRUE(e) << e.status().to_string();
+            engine::seq_id s = (*e)->create_sequence();
+            std::vector<int32_t> tokens = {0, 17, 300, 42, 5, 511, 77, 9, 123, 64};
+            for (int step = 0; step < 8; step++) {
+                std::vector<Tensor> out;
+                Status st = (*e)->step({{s, tokens}}, &out);
+                ASSERT_TRUE(st) << st.to_string();
+                const Tensor &l = out[0];
+                const int64_t V = l.dim(1);
+                const float *last = l.f() + (l.dim(0) - 1) * V;
+                for (int64_t i = 0; i < V; i++) ASSERT_TRUE(std::isfinite(last[i]));
+                logits[dev + 1].insert(logits[dev + 1].end(), last, last + V);
+                tokens = {int32_t(std::max_element(last, last + V) - last)};
+                greedy[dev + 1].push_back(tokens[0]);
+            }
+        }
+        stop = true;
+        for (auto &t : threads) t.join();
+    }
+    int same = 0;
+    while (same < int(greedy[0].size()) && greedy[0][size_t(same)] == greedy[1][size_t(same)]) same++;
+    std::printf("[ gpu worker ] NVFP4, CPU coordinator (official) + 3 GPU workers vs + 3 CPU workers: max |dlogit| / max "
+                "|logit| = %.3g; greedy identical for %d/%zu tokens\n",
+                rel_max(logits[0], logits[1]), same, greedy[0].size());
+    EXPECT_EQ(greedy[0], greedy[1]);
 }
 
 }  // namespace

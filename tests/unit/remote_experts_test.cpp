@@ -427,6 +427,7 @@ TEST_F(RemoteExperts, Tp3ReducesInRankOrder) {
 #include "model/catalog.h"
 #include "model/config.h"
 #include "model/expert_slice.h"
+#include "model/nvfp4.h"
 #include "quantized_model.h"
 
 namespace ds41rt {
@@ -458,6 +459,23 @@ void check_slices(const fs::path &dir, const std::string &format, int align, con
                         ASSERT_EQ(f32_bits(s->f()[r * s->dim(1) + c]), f32_bits(want)) << n << " [" << r << ", " << c << "]";
                     }
                 compared += size_t(s->numel());
+                if (format == "nvfp4") {  // the stored-form cut a GPU worker uploads decodes to the same bits
+                    auto q = model::expert_slice_nvfp4(**w, n, axis, b, end);
+                    ASSERT_TRUE(q) << q.status().to_string();
+                    ASSERT_EQ(q->out, s->dim(0));
+                    ASSERT_EQ(q->in, s->dim(1));
+                    model::nvfp4_linear l;
+                    l.out = q->out, l.in = q->in, l.codes = q->codes.data(), l.scales = q->scales.data();
+                    l.weight_scale_2 = q->weight_scale_2, l.input_scale = q->input_scale;
+                    std::vector<float> dq(size_t(l.out * l.in));
+                    model::nvfp4_dequantize(l, dq.data());
+                    for (size_t i = 0; i < dq.size(); i++) ASSERT_EQ(f32_bits(dq[i]), f32_bits(s->f()[i])) << n << " stored cut, " << i;
+                }
+            }
+            if (format == "nvfp4") {
+                auto mx = model::expert_slice_mxfp4(**w, n, axis, 0, 32);
+                ASSERT_FALSE(mx);
+                EXPECT_EQ(mx.status().code(), status_code::NOT_SUPPORTED);
             }
             auto bad = model::expert_slice_f32(**w, n, axis, bad_begin, inter);
             ASSERT_FALSE(bad);

@@ -93,6 +93,45 @@ Status gpu_experts::add_layer(int layer, int64_t D, float swiglu_limit,
     return Status::ok();
 }
 
+Status gpu_experts::add_nvfp4_layer(int layer, int64_t D, float swiglu_limit,
+                                    std::vector<std::array<model::nvfp4_slice, 3>> experts) {
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(p_->dev.device));
+    cuda::moe_layer L;
+    L.D = int(D);
+    L.swiglu_limit = swiglu_limit;
+    for (size_t id = 0; id < experts.size(); id++) {
+        const auto &e = experts[id];
+        const std::string what = "layer " + std::to_string(layer) + " expert " + std::to_string(id);
+        if (e[0].weight_scale_2 != e[2].weight_scale_2 || e[0].input_scale != e[2].input_scale)
+            return Status::invalid_argument(what + ": NVFP4 w1 and w3 have different weight_scale_2 / input_scale");
+        for (int i = 0; i < 3; i++)
+            if (e[size_t(i)].in % 32 != 0)
+                return Status::invalid_argument(what + ": an NVFP4 slice " + std::to_string(e[size_t(i)].in) +
+                                                " channels wide: the GPU's W4A4 GEMV takes whole 32-channel inputs "
+                                                "(choose a TP width whose slices are, or a CPU worker)");
+        const uint8_t *dev[6];
+        for (int i = 0; i < 3; i++) {
+            for (int j = 0; j < 2; j++) {
+                const std::vector<uint8_t> &h = j == 0 ? e[size_t(i)].codes : e[size_t(i)].scales;
+                void *p = nullptr;
+                DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, std::max<size_t>(h.size(), 16)));
+                p_->blocks.push_back(p);
+                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy(p, h.data(), h.size(), cudaMemcpyHostToDevice));
+                bytes_ += h.size();
+                dev[i * 2 + j] = static_cast<const uint8_t *>(p);
+            }
+        }
+        L.I = int(e[0].out);
+        cuda::moe_nvfp4_expert x;
+        x.w1 = dev[0], x.w1_scale = dev[1], x.w2 = dev[2], x.w2_scale = dev[3], x.w3 = dev[4], x.w3_scale = dev[5];
+        x.w13_weight_scale_2 = e[0].weight_scale_2, x.w13_input_scale = e[0].input_scale;
+        x.w2_weight_scale_2 = e[1].weight_scale_2, x.w2_input_scale = e[1].input_scale;
+        L.nvfp4_experts.push_back(x);
+    }
+    p_->layers[layer] = std::move(L);
+    return Status::ok();
+}
+
 Status gpu_experts::add_dummy_layer(int layer, int64_t D, int64_t I, float swiglu_limit,
                                     const std::vector<std::array<backend::cpu::dummy_tensor_desc, 3>> &windows,
                                     uint64_t seed) {

@@ -1,4 +1,4 @@
-// An expert worker's TP slices on a GPU: the routed experts of its layers in MXFP4 as the
+// An expert worker's TP slices on a GPU: the routed experts of its layers in MXFP4 or NVFP4 as the
 // checkpoint stores them (each rank's rows of w1 / w3 and columns of w2, cut in the stored form),
 // run through the MoE decode kernels for each request: backend/cuda/moe_decode from host routes,
 // or backend/cuda/moe_routed from routes already on the GPU (the NCCL worker).
@@ -34,6 +34,11 @@ public:
 
     // One layer's slices, by expert id: {w1, w2, w3} each, w1 / w3 [I, D], w2 [D, I].
     Status add_layer(int layer, int64_t D, float swiglu_limit, std::vector<std::array<model::mxfp4_slice, 3>> experts);
+    // The same for NVFP4 slices (W4A4, the bytes as published, backend/cuda moe_decode's NVFP4
+    // mode): w1 and w3 must share their scalars (the checkpoint's check), and every slice's input
+    // width must be whole 32 channels (the W4A4 GEMV's K; V4.1's 2304 gives 1152 / 768 / 576 / 384
+    // at TP 2 / 3 / 4 / 6): otherwise INVALID_ARGUMENT at load, not at the first request.
+    Status add_nvfp4_layer(int layer, int64_t D, float swiglu_limit, std::vector<std::array<model::nvfp4_slice, 3>> experts);
     // The same from dummy weights (`--load-format dummy`): per expert the {w1, w2, w3} windows
     // (this rank's rows of w1 / w3, columns of w2) of the coordinator's dummy plan, filled here on
     // the GPU from (seed, tensor id) so they hold exactly those ranges of the whole tensors.
