@@ -105,7 +105,7 @@ void register_worker(CLI::App &app, command_list &cmds) {
     sub->add_option("--plan", args->plan, "plan.json (the coordinator's; versions are compared)")->required();
     sub->add_option("--rank", args->rank, "this worker's index in the plan's workers")->required();
     sub->add_option("--listen", args->listen, "host:port to listen on (default: the plan's endpoint for --rank)");
-    sub->add_option("--device", args->device, "GPU to hold the slices on (MXFP4 and NVFP4 checkpoints; -1: the CPU backend)")
+    sub->add_option("--device", args->device, "GPU to hold the slices on (-1: the CPU backend)")
         ->check(CLI::Range(-1, 1023));
     cmds.push_back({sub, [args] {
                         if (args->model.empty() && (args->load_format != "dummy" || args->model_type.empty())) {

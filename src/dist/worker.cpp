@@ -125,8 +125,10 @@ Result<std::unique_ptr<expert_worker>> expert_worker::load(const std::string &mo
                 if (Status st = wk->gpu_->add_layer(lp.layer, c.dim, c.swiglu_limit, std::move(slices)); !st)
                     return Status(st.code(), at + st.message());
             } else {
-                return Status::not_supported(at + std::string(model::expert_quant_name(c.routed_quant)) +
-                                             " routed experts run on CPU workers only for now (--device -1)");
+                std::vector<std::array<model::exl3_slice, 3>> slices;
+                DS41RT_RETURN_IF_ERROR(cut_all(model::expert_slice_exl3, slices));
+                if (Status st = wk->gpu_->add_exl3_layer(lp.layer, c.dim, c.swiglu_limit, std::move(slices)); !st)
+                    return Status(st.code(), at + st.message());
             }
             wk->layers_[lp.layer] = std::move(ls);
             continue;

@@ -76,24 +76,35 @@ Tensor nvfp4_slice_f32(const nvfp4_linear &l, slice_axis axis, int64_t b, int64_
 // fp64 butterflies, block by block, on the same values, then the same per-element scaling: the
 // decoded slice is bit-identical to the slice of the decoded tensor. A cut inside a block would
 // mix channels of both ranks through H and has no such slice, hence the refusal.
-Tensor exl3_slice(const exl3_linear &l, slice_axis axis, int64_t b, int64_t e) {
+// The cut tiles land in trellis, the cut suh / svh in suh / svh (the other stays the tensor's).
+exl3_linear exl3_cut(const exl3_linear &l, slice_axis axis, int64_t b, int64_t e, std::vector<uint16_t> *trellis,
+                     std::vector<uint16_t> *suh, std::vector<uint16_t> *svh) {
     exl3_linear s = l;
     const int64_t tile_words = 16 * int64_t(l.k), tb = l.out / 16;
-    std::vector<uint16_t> trellis;
     if (axis == slice_axis::OUT) {  // W's output columns: trellis dim 1 and svh
         s.out = e - b;
         const int64_t sb = s.out / 16;
-        trellis.resize(size_t(l.in / 16 * sb * tile_words));
+        trellis->resize(size_t(l.in / 16 * sb * tile_words));
         for (int64_t a = 0; a < l.in / 16; a++)
             std::copy(l.trellis + (a * tb + b / 16) * tile_words, l.trellis + (a * tb + e / 16) * tile_words,
-                      trellis.data() + a * sb * tile_words);
-        s.trellis = trellis.data();
-        s.svh = l.svh + b;
+                      trellis->data() + a * sb * tile_words);
+        suh->assign(l.suh, l.suh + l.in);
+        svh->assign(l.svh + b, l.svh + e);
     } else {  // W's input rows: trellis dim 0 and suh
         s.in = e - b;
-        s.trellis = l.trellis + (b / 16) * tb * tile_words;
-        s.suh = l.suh + b;
+        trellis->assign(l.trellis + (b / 16) * tb * tile_words, l.trellis + (e / 16) * tb * tile_words);
+        suh->assign(l.suh + b, l.suh + e);
+        svh->assign(l.svh, l.svh + l.out);
     }
+    s.trellis = trellis->data();
+    s.suh = suh->data();
+    s.svh = svh->data();
+    return s;
+}
+
+Tensor exl3_slice_f32(const exl3_linear &l, slice_axis axis, int64_t b, int64_t e) {
+    std::vector<uint16_t> trellis, suh, svh;
+    const exl3_linear s = exl3_cut(l, axis, b, e, &trellis, &suh, &svh);
     std::vector<float> w(size_t(s.in * s.out));
     exl3_dequantize(s, w.data());
     Tensor out = Tensor::f32({s.out, s.in});  // the logical [out, in]: W transposed
@@ -137,7 +148,7 @@ Result<Tensor> expert_slice_f32(const weights &w, const std::string &name, slice
     if (*f == storage_format::EXL3) {
         Result<exl3_linear> l = w.exl3(name);
         if (!l) return l.status();
-        return exl3_slice(*l, axis, begin, end);
+        return exl3_slice_f32(*l, axis, begin, end);
     }
     Result<Tensor> t = w.f32(name);
     if (!t) return t.status();
@@ -195,6 +206,22 @@ Result<nvfp4_slice> expert_slice_nvfp4(const weights &w, const std::string &name
     s.in = c.in;
     s.weight_scale_2 = c.weight_scale_2;
     s.input_scale = c.input_scale;
+    return s;
+}
+
+Result<exl3_slice> expert_slice_exl3(const weights &w, const std::string &name, slice_axis axis, int64_t begin,
+                                     int64_t end) {
+    Result<storage_format> f = checked_cut(w, name, axis, begin, end);
+    if (!f) return f.status();
+    if (*f != storage_format::EXL3) return Status::not_supported("tensor " + name + ": not stored as EXL3");
+    Result<exl3_linear> l = w.exl3(name);
+    if (!l) return l.status();
+    exl3_slice s;
+    const exl3_linear c = exl3_cut(*l, axis, begin, end, &s.trellis, &s.suh, &s.svh);
+    s.in = c.in;
+    s.out = c.out;
+    s.k = c.k;
+    s.cb = c.cb;
     return s;
 }
 

@@ -47,4 +47,18 @@ struct nvfp4_slice {
 Result<nvfp4_slice> expert_slice_nvfp4(const weights &w, const std::string &name, slice_axis axis, int64_t begin,
                                        int64_t end);
 
+// The same for an EXL3 expert (a GPU worker's trellis GEMV decodes it in the kernel): the
+// slice's trellis tiles [in / 16, out / 16, 16 k] and its suh [in] / svh [out] (the cut one of
+// the two sliced, the other whole), in exllamav3's [in, out] orientation: w1 / w3 (OUT) keep
+// every input row and a column range of tiles, w2 (IN) a row range. NOT_SUPPORTED for a tensor
+// stored otherwise.
+struct exl3_slice {
+    std::vector<uint16_t> trellis, suh, svh;
+    int64_t in = 0, out = 0;
+    int k = 0;
+    exl3_codebook cb = exl3_codebook::MCG;
+};
+Result<exl3_slice> expert_slice_exl3(const weights &w, const std::string &name, slice_axis axis, int64_t begin,
+                                     int64_t end);
+
 }  // namespace ds41rt::model

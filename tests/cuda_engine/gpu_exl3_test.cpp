@@ -3,14 +3,14 @@
 // model with its official MXFP4 experts (the GPU engine at the EXL3 model's widths).
 //
 // The CPU engine dequantizes the experts to fp32 and runs backend/cpu swiglu_expert; the GPU runs
-// engine/cuda exl3_experts: the same rounding points, the products through exl3_gemv (trellis
+// backend/cuda exl3_moe: the same rounding points, the products through exl3_gemv (trellis
 // decoded in the kernel). The GPU-vs-CPU distance of one product is ~1e-6 relative (x in fp16
 // hi + lo, fp32 tensor-core sums; the kernel test bounds it by 1e-4), like the fp32 summation
 // order elsewhere in the engines (gpu_vs_cpu_test), so in TRANSFORMERS numerics (fp32
 // activations) the logits stay ~1e-6 apart unless a cache-QAT code flips (~1e-3) or a routing or
 // indexer pick flips (O(1); the prompts below are chosen so none is within reach).
 //
-// GpuExl3.RoutedSumMatchesTheCpu holds one layer's routed sum (engine/cuda exl3_experts) to
+// GpuExl3.RoutedSumMatchesTheCpu holds one layer's routed sum (backend/cuda exl3_moe) to
 // backend/cpu routed_expert_sum on the CPU engine's dequantized experts: TRANSFORMERS within
 // 1e-4 relative (the exl3_gemv kernel test's bound per product; expected ~1e-6), OFFICIAL within
 // 1e-2 (a product difference of ~1e-6 flips a bf16 rounding of gate / up / h in about one
@@ -34,7 +34,8 @@
 #include "backend/cpu/routed.h"
 #include "backend/cuda/device_info.h"
 #include "engine/cuda/device_model.h"
-#include "engine/cuda/exl3_experts.h"
+#include "backend/cuda/exl3_moe.cuh"
+#include "tie_free_prompt.h"
 #include "engine/engine.h"
 #include "model/synth.h"
 #include "model/weights.h"
@@ -107,18 +108,18 @@ TEST(GpuExl3, RoutedSumMatchesTheCpu) {
         auto mr = engine::gpu::device_model::make(w, official);
         ASSERT_TRUE(mr) << mr.status().to_string();
         engine::gpu::device_model &m = *mr.value();
-        std::vector<engine::gpu::exl3_expert> gx(static_cast<size_t>(E));
+        std::vector<backend::cuda::exl3_expert_dev> gx(static_cast<size_t>(E));
         std::vector<backend::cpu::expert_weights> cx(static_cast<size_t>(E));
         for (int64_t e = 0; e < E; e++) {
             const std::string p = "layers.1.ffn.experts." + std::to_string(e) + ".";
-            const std::pair<const char *, std::pair<engine::gpu::device_model::exl3_dev *, Tensor *>> ws[] = {
+            const std::pair<const char *, std::pair<backend::cuda::exl3_linear_dev *, Tensor *>> ws[] = {
                 {"w1.weight", {&gx[size_t(e)].w1, &cx[size_t(e)].w1}},
                 {"w2.weight", {&gx[size_t(e)].w2, &cx[size_t(e)].w2}},
                 {"w3.weight", {&gx[size_t(e)].w3, &cx[size_t(e)].w3}}};
             for (auto &[n, dst] : ws) {
                 auto g = m.exl3(p + n);
                 ASSERT_TRUE(g) << g.status().to_string();
-                *dst.first = g.value();
+                *dst.first = {g->in, g->out, g->k, backend::cuda::exl3_cb(int(g->cb)), g->trellis, g->suh, g->svh};
                 auto t = w->f32(p + n);
                 ASSERT_TRUE(t) << t.status().to_string();
                 *dst.second = std::move(t.value());
@@ -134,8 +135,17 @@ TEST(GpuExl3, RoutedSumMatchesTheCpu) {
         auto xd = m.upload(x.data(), x.size() * sizeof(float));
         ASSERT_TRUE(xd) << xd.status().to_string();
         engine::gpu::dtemp acc = m.temp_f32(S * D);
+        std::vector<engine::gpu::dtemp> held;
+        auto scratch = [&](size_t bytes) -> Result<void *> {
+            held.push_back(m.temp(bytes));
+            return held.back().as<void>();
+        };
+        auto routed_sum = [&](const backend::cpu::route_table &routes) {
+            return backend::cuda::exl3_routed_sum(m.device(), gx, nm, static_cast<const float *>(xd.value()), D, routes,
+                                                  acc.f(), scratch, m.stream());
+        };
         ASSERT_EQ(cudaMemsetAsync(acc.as<void>(), 0xff, acc.bytes(), m.stream()), cudaSuccess);  // NaN
-        Status st = engine::gpu::exl3_routed_sum(m, gx, nm, static_cast<const float *>(xd.value()), D, rt, acc.f());
+        Status st = routed_sum(rt);
         ASSERT_TRUE(st) << st.to_string();
         std::vector<float> got = m.download_f32(acc.f(), S * D, &st);
         ASSERT_TRUE(st) << st.to_string();
@@ -152,49 +162,19 @@ TEST(GpuExl3, RoutedSumMatchesTheCpu) {
 
         // A route to an expert not held here is refused, naming it.
         gx[5].w1.trellis = nullptr;
-        st = engine::gpu::exl3_routed_sum(m, gx, nm, static_cast<const float *>(xd.value()), D, rt, acc.f());
+        st = routed_sum(rt);
         EXPECT_FALSE(st);
         EXPECT_NE(st.to_string().find("expert 5"), std::string::npos) << st.to_string();
         // So is a row routed to one expert twice (its two outputs would race in one scatter).
         backend::cpu::route_table twice;
         twice.offsets = {0, 2};
         twice.routes = {{2, 1.0f}, {2, 0.5f}};
-        st = engine::gpu::exl3_routed_sum(m, gx, nm, static_cast<const float *>(xd.value()), D, twice, acc.f());
+        st = routed_sum(twice);
         EXPECT_FALSE(st);
         EXPECT_NE(st.to_string().find("twice"), std::string::npos) << st.to_string();
     }
     fs::remove_all(dir);
 }
-
-// The prompt of the whole-model tests. A tiny random model is close to a tie somewhere: its
-// router picks 2 of 8 experts per token and layer, its indexer 4 keys, and a pick within fp32
-// noise of the next candidate flips between engines whose sums differ by ~1e-6, moving the
-// logits by O(1) from there on. The first prompt used ((i * 97 + 261) % 512) had a router margin
-// of 5.4e-5 (second vs third biased score) at prompt row 46 of the dim 128 / moe_inter 384
-// model; the GPU engine diverged there (logits 0.46 apart, greedy 7/13), and so did the CPU
-// engine alone with its gate logits perturbed by 1e-5 relative (greedy 7/13 again): the model's
-// conditioning, not the GPU engine. This prompt (Python random.Random(2), 48 x randrange(3, 510))
-// is one of three among 40 whose TRANSFORMERS continuation on the CPU engine stays the same, for
-// the EXL3 model and for the official model, when the gate logits are perturbed by +-1e-5,
-// +-1e-4 and 3e-4 relative (a debug hook in engine/v41_steps route(), not kept); its smallest
-// router margin on the official model is 5.8e-4 and its indexer top-k margin 1e-3.
-// OFFICIAL numerics have no such prompt: every bf16 / FP8 rounding point turns a 1e-7 difference
-// into a 0.4% one now and then (a 1e-5 gate perturbation changes the CPU's own OFFICIAL
-// continuation at its third token), so OFFICIAL is reported, not asserted, as gpu_vs_cpu_test
-// does for the QAT fixtures, apart from finite logits. With this prompt the official model's
-// OFFICIAL prefill logits match the CPU's to 5e-8 up to position 44 and are 0.11 apart from 45 on
-// (H200, 2026-11-30; the EXL3 model's 0.97 somewhere, positions not printed); the old prompt
-// matched at every position. Bisected: not the indexer's device selections (the host's top-k
-// gives the same), not the batch shape (the same when the prompt is fed in chunks cut at 16 / 32
-// / 40 / 44 / 45 / 46; the CPU bit-identical across chunkings), present with the first 5 layers
-// (0.0085 at 45, growing with depth). It is what OFFICIAL does to a one-ulp difference: the CPU
-// engine alone, with one fp32 ulp added to or taken from 1% of its linear outputs before their
-// bf16 rounding (a debug hook, not kept), moves its own prefill logits by 0.007-0.2 at 36 of the
-// old prompt's 48 positions (with 10% of them nudged: 0.03-0.8 from position 8 of this one); the GPU's fp32 sums differ from the
-// host's in order (GEMV K slices), so now and then one lands on the other side of a bf16 rounding.
-const std::vector<int32_t> PROMPT = {492, 444, 488, 437, 31,  49,  46,  187, 430, 89,  379, 417, 345, 440, 160, 131,
-                                     313, 111, 313, 21,  300, 351, 84,  223, 329, 204, 414, 373, 443, 263, 489, 193,
-                                     281, 482, 230, 260, 140, 464, 21,  448, 17,  189, 241, 480, 166, 467, 197, 219};
 
 // The model in dir on the CPU and the GPU engine, both numerics, 12 decode steps after the
 // prompt. TRANSFORMERS: every position within 5e-3 relative (the bound gpu_vs_cpu_test gives the
@@ -249,7 +229,7 @@ TEST(GpuWide, SynthesizedOfficialModelMatchesTheCpuEngine) {
     o.dim = 128;
     o.moe_intermediate = 384;
     ASSERT_TRUE(model::synthesize(dir.string(), o));
-    expect_gpu_matches_cpu(dir, PROMPT, "dim 128 / moe_inter 384 official model");
+    expect_gpu_matches_cpu(dir, TIE_FREE_PROMPT, "dim 128 / moe_inter 384 official model");
     fs::remove_all(dir);
 }
 
@@ -258,7 +238,7 @@ TEST(GpuExl3, GreedyContinuationEqualsTheCpuEngine) {
     const fs::path dir = fs::temp_directory_path() / ("ds41rt_gpu_exl3_" + std::to_string(getpid()));
     make_quantized_model(dir, "exl3");
     if (HasFatalFailure()) return;
-    expect_gpu_matches_cpu(dir, PROMPT, "EXL3 model");
+    expect_gpu_matches_cpu(dir, TIE_FREE_PROMPT, "EXL3 model");
     fs::remove_all(dir);
 }
 

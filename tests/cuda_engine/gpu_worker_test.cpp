@@ -13,6 +13,12 @@
 //    slices) refused at load, since the W4A4 GEMV takes whole 32-channel inputs; a CPU coordinator
 //    with three GPU workers against the same with three CPU workers: OFFICIAL greedy tokens equal,
 //    distances printed.
+//  - EXL3 (K = 2 MCG, dim 128, intermediate 384): TP2 (256 + 128) and TP3 slices on the GPU
+//    against the CPU worker's, within gpu_exl3_test's routed-sum bounds (||gpu - cpu|| / ||cpu||
+//    <= 1e-4 TRANSFORMERS: exl3_gemv's fp16 hi + lo x and tensor-core sums; <= 1e-2 OFFICIAL: a
+//    bf16 / FP8 rounding crossed now and then); a CPU coordinator with two GPU workers against
+//    two CPU workers on the tie-free prompt in TRANSFORMERS: every position within 5e-3, the same
+//    greedy tokens.
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -33,6 +39,7 @@
 #include "experts/from_plan.h"
 #include "model/synth.h"
 #include "quantized_model.h"
+#include "tie_free_prompt.h"
 #include "tiny_synth.h"
 
 namespace ds41rt {
@@ -330,6 +337,144 @@ TEST_F(GpuWorkerNvfp4, CpuCoordinatorWithThreeGpuWorkersMatchesThreeCpuWorkers) 
     std::printf("[ gpu worker ] NVFP4, CPU coordinator (official) + 3 GPU workers vs + 3 CPU workers: max |dlogit| / max "
                 "|logit| = %.3g; greedy identical for %d/%zu tokens\n",
                 rel_max(logits[0], logits[1]), same, greedy[0].size());
+    EXPECT_EQ(greedy[0], greedy[1]);
+}
+
+class GpuWorkerExl3 : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        dir_ = fs::temp_directory_path() / ("ds41rt_gpu_worker_exl3_" + std::to_string(getpid()));
+        make_quantized_model(dir_, "exl3");
+    }
+    static void TearDownTestSuite() {
+        fs::remove_all(dir_);
+        fs::remove_all(dir_.string() + "_src");
+    }
+    void SetUp() override {
+        auto d = backend::cuda::query_device(0);
+        if (!d) GTEST_SKIP() << d.status().to_string();
+    }
+    static fs::path dir_;
+};
+fs::path GpuWorkerExl3::dir_;
+
+TEST_F(GpuWorkerExl3, PartialsMatchTheCpuWorker) {
+    const int64_t D = 128;
+    for (int tp : {2, 3}) {
+        dist::Plan plan = make_plan(std::vector<int>(size_t(tp), 1), tp, "exl3");
+        for (int rank = 0; rank < tp; rank++) {
+            auto cpu = dist::expert_worker::load(dir_.string(), plan, rank, -1);
+            ASSERT_TRUE(cpu) << cpu.status().to_string();
+            auto gpu = dist::expert_worker::load(dir_.string(), plan, rank, 0);
+            ASSERT_TRUE(gpu) << gpu.status().to_string();
+            for (bool official : {false, true})
+                for (int rows : {1, 6, 20}) {
+                    std::mt19937 rng(uint32_t(rows * 7 + tp));
+                    std::normal_distribution<float> nd(0.0f, 1.0f);
+                    std::vector<float> x(size_t(rows * D));
+                    for (float &v : x) v = nd(rng);
+                    backend::cpu::route_table rt;
+                    rt.offsets.push_back(0);
+                    for (int r = 0; r < rows; r++) {
+                        for (int k = 0; k < 2; k++) rt.routes.push_back({uint32_t((r * 3 + k * 5) % 8), 0.3f + 0.1f * k});
+                        rt.offsets.push_back(uint32_t(rt.routes.size()));
+                    }
+                    std::vector<float> got[2];
+                    for (int i = 0; i < 2; i++) {
+                        dist::frame_header h;
+                        h.placement_version = plan.version();
+                        h.layer = 3;
+                        if (official) h.flags |= dist::FLAG_OFFICIAL;
+                        bool close_after = false;
+                        auto r = dist::decode_response(
+                            (i ? *gpu : *cpu)->handle(dist::encode_request(h, rt, x.data(), uint32_t(D)), &close_after));
+                        ASSERT_TRUE(r) << r.status().to_string();
+                        got[i] = r->partial;
+                    }
+                    ASSERT_EQ(got[0].size(), size_t(rows * D));
+                    ASSERT_EQ(got[1].size(), got[0].size());
+                    double num = 0, den = 0;
+                    for (size_t i = 0; i < got[0].size(); i++) {
+                        ASSERT_TRUE(std::isfinite(got[1][i])) << "rank " << rank << " element " << i;
+                        const double d = double(got[1][i]) - got[0][i];
+                        num += d * d, den += double(got[0][i]) * got[0][i];
+                    }
+                    const double rel = std::sqrt(num / den);
+                    std::printf("[ gpu worker ] EXL3 TP%d rank %d %s rows %2d: ||gpu - cpu|| / ||cpu|| = %.3g\n", tp, rank,
+                                official ? "official    " : "transformers", rows, rel);
+                    EXPECT_LE(rel, official ? 1e-2 : 1e-4) << "TP" << tp << " rank " << rank << " rows " << rows;
+                }
+        }
+    }
+}
+
+TEST_F(GpuWorkerExl3, CpuCoordinatorWithTwoGpuWorkersMatchesTwoCpuWorkers) {
+    std::vector<Tensor> logits[2];
+    std::vector<int32_t> greedy[2];
+    for (int dev : {-1, 0}) {
+        std::vector<std::unique_ptr<dist::tcp_listener>> ls;
+        std::vector<int> ports;
+        for (int i = 0; i < 2; i++) {
+            auto l = dist::tcp_listener::listen("127.0.0.1:0");
+            ASSERT_TRUE(l) << l.status().to_string();
+            ports.push_back((*l)->port());
+            ls.push_back(std::move(l.value()));
+        }
+        dist::Plan plan = make_plan(ports, 2, "exl3");
+        std::atomic<bool> stop{false};
+        std::vector<std::thread> threads;
+        for (int r = 0; r < 2; r++) {
+            auto w = dist::expert_worker::load(dir_.string(), plan, r, dev);
+            ASSERT_TRUE(w) << w.status().to_string();
+            threads.emplace_back([w = std::move(w.value()), l = std::move(ls[size_t(r)]), &stop]() mutable {
+                Status st = w->serve(*l, stop);
+                EXPECT_TRUE(st) << st.to_string();
+            });
+        }
+        engine::engine_options o;
+        o.mode = engine::numerics::TRANSFORMERS;
+        o.backend = engine::backend_kind::CPU;
+        o.remote = experts::layout_from_plan(plan, 10000, 1000);
+        {
+            auto e = engine::engine::open(dir_.string(), o);
+            ASSERT_TRUE(e) << e.status().to_string();
+            engine::seq_id s = (*e)->create_sequence();
+            std::vector<int32_t> tokens = TIE_FREE_PROMPT;
+            for (int step = 0; step < 6; step++) {
+                std::vector<Tensor> out;
+                Status st = (*e)->step({{s, tokens}}, &out);
+                ASSERT_TRUE(st) << st.to_string();
+                const Tensor &l = out[0];
+                const int64_t V = l.dim(1);
+                const float *last = l.f() + (l.dim(0) - 1) * V;
+                tokens = {int32_t(std::max_element(last, last + V) - last)};
+                greedy[dev + 1].push_back(tokens[0]);
+                logits[dev + 1].push_back(l);
+            }
+        }
+        stop = true;
+        for (auto &t : threads) t.join();
+    }
+    // Per position ||g - c|| / ||c||.
+    double worst = 0;
+    for (size_t k = 0; k < logits[0].size(); k++) {
+        const Tensor &c = logits[0][k], &g = logits[1][k];
+        ASSERT_EQ(c.numel(), g.numel());
+        const int64_t V = c.dim(1);
+        for (int64_t t = 0; t < c.dim(0); t++) {
+            double num = 0, den = 0;
+            for (int64_t i = 0; i < V; i++) {
+                const float cv = c.f()[t * V + i], gv = g.f()[t * V + i];
+                ASSERT_TRUE(std::isfinite(gv)) << "step " << k << " position " << t;
+                num += double(gv - cv) * double(gv - cv), den += double(cv) * cv;
+            }
+            worst = std::max(worst, std::sqrt(num / den));
+        }
+    }
+    std::printf("[ gpu worker ] EXL3, CPU coordinator (transformers) + 2 GPU workers vs + 2 CPU workers: worst position "
+                "||dlogit|| / ||logit|| = %.3g; greedy %s\n",
+                worst, greedy[0] == greedy[1] ? "identical" : "DIFFERS");
+    EXPECT_LE(worst, 5e-3);
     EXPECT_EQ(greedy[0], greedy[1]);
 }
 

@@ -427,6 +427,7 @@ TEST_F(RemoteExperts, Tp3ReducesInRankOrder) {
 #include "model/catalog.h"
 #include "model/config.h"
 #include "model/expert_slice.h"
+#include "model/exl3.h"
 #include "model/nvfp4.h"
 #include "quantized_model.h"
 
@@ -470,6 +471,25 @@ void check_slices(const fs::path &dir, const std::string &format, int align, con
                     std::vector<float> dq(size_t(l.out * l.in));
                     model::nvfp4_dequantize(l, dq.data());
                     for (size_t i = 0; i < dq.size(); i++) ASSERT_EQ(f32_bits(dq[i]), f32_bits(s->f()[i])) << n << " stored cut, " << i;
+                }
+            }
+            if (format == "exl3") {  // likewise the trellis tiles with their suh / svh
+                for (auto [b, end] : cuts) {
+                    auto s = model::expert_slice_f32(**w, n, axis, b, end);
+                    auto q = model::expert_slice_exl3(**w, n, axis, b, end);
+                    ASSERT_TRUE(s && q) << (q ? s.status() : q.status()).to_string();
+                    ASSERT_EQ(q->out, s->dim(0));
+                    ASSERT_EQ(q->in, s->dim(1));
+                    model::exl3_linear l;
+                    l.in = q->in, l.out = q->out, l.k = q->k, l.cb = q->cb;
+                    l.trellis = q->trellis.data(), l.suh = q->suh.data(), l.svh = q->svh.data();
+                    ASSERT_EQ(q->suh.size(), size_t(l.in));
+                    ASSERT_EQ(q->svh.size(), size_t(l.out));
+                    std::vector<float> dq(size_t(l.in * l.out));  // [in, out]
+                    model::exl3_dequantize(l, dq.data());
+                    for (int64_t o = 0; o < l.out; o++)
+                        for (int64_t i = 0; i < l.in; i++)
+                            ASSERT_EQ(f32_bits(dq[size_t(i * l.out + o)]), f32_bits(s->f()[o * l.in + i])) << n << " stored cut";
                 }
             }
             if (format == "nvfp4") {

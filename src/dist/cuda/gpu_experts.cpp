@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/dummy_fill.cuh"
+#include "backend/cuda/exl3_moe.cuh"
 #include "backend/cuda/moe_decode.cuh"
 #include "backend/cuda/moe_routed.cuh"
 
@@ -20,6 +21,13 @@ struct gpu_experts::impl {
     cudaStream_t stream = nullptr;
     std::vector<void *> blocks;
     std::map<int, cuda::moe_layer> layers;
+    // EXL3 layers run backend/cuda exl3_moe from host routes (no moe_layer form).
+    struct exl3_layer {
+        int64_t D = 0;
+        float swiglu_limit = 0;
+        std::vector<cuda::exl3_expert_dev> experts;
+    };
+    std::map<int, exl3_layer> exl3_layers;
     // Per-request device buffers, grown on demand.
     void *x = nullptr, *out = nullptr, *buf = nullptr, *ws = nullptr;
     size_t x_bytes = 0, out_bytes = 0, buf_bytes = 0, ws_bytes = 0;
@@ -132,6 +140,41 @@ Status gpu_experts::add_nvfp4_layer(int layer, int64_t D, float swiglu_limit,
     return Status::ok();
 }
 
+Status gpu_experts::add_exl3_layer(int layer, int64_t D, float swiglu_limit,
+                                   std::vector<std::array<model::exl3_slice, 3>> experts) {
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(p_->dev.device));
+    impl::exl3_layer L;
+    L.D = D;
+    L.swiglu_limit = swiglu_limit;
+    auto upload = [&](const std::vector<uint16_t> &h) -> Result<const uint16_t *> {
+        void *p = nullptr;
+        const size_t n = h.size() * sizeof(uint16_t);
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, std::max<size_t>(n, 16)));
+        p_->blocks.push_back(p);
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy(p, h.data(), n, cudaMemcpyHostToDevice));
+        bytes_ += n;
+        return static_cast<const uint16_t *>(p);
+    };
+    for (const auto &e : experts) {
+        cuda::exl3_expert_dev x;
+        cuda::exl3_linear_dev *dst[] = {&x.w1, &x.w2, &x.w3};
+        for (int i = 0; i < 3; i++) {
+            const model::exl3_slice &s = e[size_t(i)];
+            cuda::exl3_linear_dev &d = *dst[i];
+            d.in = s.in, d.out = s.out, d.k = s.k;
+            d.cb = cuda::exl3_cb(int(s.cb));  // the same numbering (exllamav3's)
+            for (auto [h, out] : {std::pair{&s.trellis, &d.trellis}, std::pair{&s.suh, &d.suh}, std::pair{&s.svh, &d.svh}}) {
+                auto p = upload(*h);
+                if (!p) return p.status();
+                *out = p.value();
+            }
+        }
+        L.experts.push_back(x);
+    }
+    p_->exl3_layers[layer] = std::move(L);
+    return Status::ok();
+}
+
 Status gpu_experts::add_dummy_layer(int layer, int64_t D, int64_t I, float swiglu_limit,
                                     const std::vector<std::array<backend::cpu::dummy_tensor_desc, 3>> &windows,
                                     uint64_t seed) {
@@ -162,15 +205,17 @@ Status gpu_experts::add_dummy_layer(int layer, int64_t D, int64_t I, float swigl
     return Status::ok();
 }
 
-bool gpu_experts::has_layer(int layer) const { return p_->layers.count(layer) != 0; }
+bool gpu_experts::has_layer(int layer) const { return p_->layers.count(layer) != 0 || p_->exl3_layers.count(layer) != 0; }
 
 int gpu_experts::device() const { return p_->dev.device; }
 
 Status gpu_experts::run(int layer, const backend::cpu::expert_numerics &nm, const float *hidden, int64_t rows,
                         const backend::cpu::route_table &rt, float *partial) {
     auto it = p_->layers.find(layer);
-    if (it == p_->layers.end()) return Status::not_found("layer " + std::to_string(layer) + " is not on this GPU");
-    const int64_t D = it->second.D;
+    auto x3 = p_->exl3_layers.find(layer);
+    if (it == p_->layers.end() && x3 == p_->exl3_layers.end())
+        return Status::not_found("layer " + std::to_string(layer) + " is not on this GPU");
+    const int64_t D = it != p_->layers.end() ? int64_t(it->second.D) : x3->second.D;
     impl &p = *p_;
     DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(p.dev.device));
     DS41RT_RETURN_IF_ERROR(p.grow(&p.x, &p.x_bytes, size_t(rows * D) * sizeof(float)));
@@ -186,6 +231,25 @@ Status gpu_experts::run(int layer, const backend::cpu::expert_numerics &nm, cons
 
 Status gpu_experts::run_device(int layer, const backend::cpu::expert_numerics &nm, const float *x, int64_t rows,
                                const backend::cpu::route_table &rt, float *out) {
+    if (auto x3 = p_->exl3_layers.find(layer); x3 != p_->exl3_layers.end()) {
+        impl &p = *p_;
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(p.dev.device));
+        backend::cpu::expert_numerics n = nm;
+        n.swiglu_limit = x3->second.swiglu_limit;
+        // Stream-ordered scratch, freed once the request's work has run (the call synchronises).
+        std::vector<void *> held;
+        auto scratch = [&](size_t bytes) -> Result<void *> {
+            void *q = nullptr;
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&q, std::max<size_t>(bytes, 16), p.stream));
+            held.push_back(q);
+            return q;
+        };
+        Status st = cuda::exl3_routed_sum(p.dev, x3->second.experts, n, x, x3->second.D, rt, out, scratch, p.stream);
+        for (void *q : held) cudaFreeAsync(q, p.stream);
+        DS41RT_RETURN_IF_ERROR(st);
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(p.stream));
+        return Status::ok();
+    }
     auto it = p_->layers.find(layer);
     if (it == p_->layers.end()) return Status::not_found("layer " + std::to_string(layer) + " is not on this GPU");
     cuda::moe_layer L = it->second;
@@ -223,6 +287,22 @@ Status gpu_experts::run_device(int layer, const backend::cpu::expert_numerics &n
 Status gpu_experts::run_routed(int layer, const backend::cpu::expert_numerics &nm, const float *x, const int32_t *ids,
                                const float *weights, int64_t rows, int k, float *out, int32_t *status_word,
                                int32_t fail_value, cudaStream_t stream) {
+    if (p_->exl3_layers.count(layer)) {
+        // EXL3 plans on the host: the routes come down (a synchronisation), then run_device.
+        std::vector<int32_t> hid(size_t(rows * k));
+        std::vector<float> hw(size_t(rows * k));
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy(hid.data(), ids, hid.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy(hw.data(), weights, hw.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        backend::cpu::route_table rt;
+        rt.offsets.push_back(0);
+        for (int64_t r = 0; r < rows; r++) {
+            for (int j = 0; j < k; j++)
+                if (hid[size_t(r * k + j)] >= 0) rt.routes.push_back({uint32_t(hid[size_t(r * k + j)]), hw[size_t(r * k + j)]});
+            rt.offsets.push_back(uint32_t(rt.routes.size()));
+        }
+        return run_device(layer, nm, x, rows, rt, out);
+    }
     auto it = p_->layers.find(layer);
     if (it == p_->layers.end()) return Status::not_found("layer " + std::to_string(layer) + " is not on this GPU");
     impl &p = *p_;

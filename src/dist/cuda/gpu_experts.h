@@ -1,5 +1,5 @@
-// An expert worker's TP slices on a GPU: the routed experts of its layers in MXFP4 or NVFP4 as the
-// checkpoint stores them (each rank's rows of w1 / w3 and columns of w2, cut in the stored form),
+// An expert worker's TP slices on a GPU: the routed experts of its layers in MXFP4, NVFP4 or EXL3
+// as the checkpoint stores them (each rank's rows of w1 / w3 and columns of w2, cut in the stored form),
 // run through the MoE decode kernels for each request: backend/cuda/moe_decode from host routes,
 // or backend/cuda/moe_routed from routes already on the GPU (the NCCL worker).
 //
@@ -39,6 +39,10 @@ public:
     // width must be whole 32 channels (the W4A4 GEMV's K; V4.1's 2304 gives 1152 / 768 / 576 / 384
     // at TP 2 / 3 / 4 / 6): otherwise INVALID_ARGUMENT at load, not at the first request.
     Status add_nvfp4_layer(int layer, int64_t D, float swiglu_limit, std::vector<std::array<model::nvfp4_slice, 3>> experts);
+    // The same for EXL3 slices (trellis tiles with their suh / svh, 128-channel cuts): run from host
+    // routes through backend/cuda exl3_moe (the trellis decoded in the GEMV); run_routed brings
+    // the routes down first (one synchronisation).
+    Status add_exl3_layer(int layer, int64_t D, float swiglu_limit, std::vector<std::array<model::exl3_slice, 3>> experts);
     // The same from dummy weights (`--load-format dummy`): per expert the {w1, w2, w3} windows
     // (this rank's rows of w1 / w3, columns of w2) of the coordinator's dummy plan, filled here on
     // the GPU from (seed, tensor id) so they hold exactly those ranges of the whole tensors.

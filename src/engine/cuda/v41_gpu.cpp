@@ -15,7 +15,7 @@
 // write device memory only (routed_decode; key_lists writes the picked entries into the attention
 // lists on the device), so a decode step synchronises once, for its logits. What still comes to
 // the host: TRANSFORMERS' index scores (torch's tie order has no GPU twin), prefill's routes
-// (MXFP4 prefill plans expert by expert on the host), EXL3 layers' routes (exl3_experts plans on
+// (MXFP4 prefill plans expert by expert on the host), EXL3 layers' routes (exl3_moe plans on
 // the host at every size; those layers' MoE is not part of the graphs) and remote layers' rows.
 //
 // Decode steps of up to 16 rows replay CUDA graphs of their fixed-shape pieces (step_bufs.h,
@@ -30,6 +30,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "backend/cuda/exl3_moe.cuh"
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/candidate_mask.cuh"
 #include "backend/cuda/compressor.cuh"
@@ -49,7 +50,6 @@
 #include "backend/cuda/topk.cuh"
 #include "engine/cpu_engine.h"
 #include "engine/cuda/device_model.h"
-#include "engine/cuda/exl3_experts.h"
 #include "engine/cuda/key_lists.h"
 #include "engine/cuda/section_timer.h"
 #include "engine/cuda/routed_decode.h"
@@ -95,7 +95,7 @@ struct layer_dev {
     const float *gate_bias = nullptr;
     dlinear sw1, sw2, sw3;
     cuda::moe_layer moe;  // no experts when the layer is remote
-    std::vector<exl3_expert> exl3;  // EXL3 layers' routed experts (exl3_experts), by id
+    std::vector<cuda::exl3_expert_dev> exl3;  // EXL3 layers' routed experts (backend/cuda exl3_moe), by id
     bool remote = false;
 };
 
@@ -221,13 +221,15 @@ public:
                 L.exl3.resize(size_t(c_.n_routed_experts));
                 for (int e = 0; e < c_.n_routed_experts; e++) {
                     const std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
-                    exl3_expert &x3 = L.exl3[size_t(e)];
-                    const std::pair<const char *, device_model::exl3_dev *> ws[] = {
+                    cuda::exl3_expert_dev &x3 = L.exl3[size_t(e)];
+                    const std::pair<const char *, cuda::exl3_linear_dev *> ws[] = {
                         {"w1.weight", &x3.w1}, {"w2.weight", &x3.w2}, {"w3.weight", &x3.w3}};
                     for (auto &[n, out] : ws) {
                         auto r = m.exl3(ep + n);
                         if (!r) return r.status();
-                        *out = r.value();
+                        out->in = r->in, out->out = r->out, out->k = r->k;
+                        out->cb = cuda::exl3_cb(int(r->cb));  // the same numbering (exllamav3's)
+                        out->trellis = r->trellis, out->suh = r->suh, out->svh = r->svh;
                     }
                 }
                 continue;
@@ -659,7 +661,7 @@ private:
         // Routed experts: longer MXFP4 inputs (prefill) expert by expert (routed_prefill, routes
         // planned on the host); decode sizes, and NVFP4 layers at any size, from the routes on the
         // device in chunks of 16 rows, each selected expert read once a chunk, summed per row in
-        // increasing expert id. EXL3 layers: exl3_experts, from the routes on the host.
+        // increasing expert id. EXL3 layers: backend/cuda exl3_moe, from the routes on the host.
         dtemp acc = m_->temp_f32(S * D);
         if (!L.exl3.empty()) {  // EXL3: from the routes on the host at every size
             auto rt = routes_to_host(ids, wts, S);
@@ -669,7 +671,15 @@ private:
             nm.act_block = c_.fp8_block_in;
             nm.swiglu_limit = c_.swiglu_limit;
             nm.weight_after_w2 = L.moe.weight_after_w2;
-            DS41RT_RETURN_IF_ERROR(exl3_routed_sum(*m_, L.exl3, nm, x, D, rt.value(), acc.f()));
+            std::vector<dtemp> held;  // stream-ordered: freed after the work queued meanwhile
+            auto scratch = [&](size_t bytes) -> Result<void *> {
+                held.push_back(m_->temp(bytes));
+                if (!held.back().as<void>())
+                    return Status::resource_exhausted("EXL3 experts: no device memory for " + std::to_string(bytes) + " bytes");
+                return held.back().as<void>();
+            };
+            DS41RT_RETURN_IF_ERROR(
+                cuda::exl3_routed_sum(m_->device(), L.exl3, nm, x, D, rt.value(), acc.f(), scratch, st()));
         } else if (S > cuda::MOE_MAX_ROWS && L.moe.nvfp4_experts.empty()) {
             auto rt = routes_to_host(ids, wts, S);
             if (!rt) return rt.status();

@@ -18,30 +18,52 @@
 // bf16 ulp of an element. These steps emulated on the CPU with backend/cpu exl3_linear (fp64) for
 // the products, on tests/unit/quantized_model.h's layer 1 (40 rows): 8.8e-8 relative to
 // routed_expert_sum in TRANSFORMERS, bit-identical in OFFICIAL (a one-off check, 2026-11-30).
+//
+// Used by the GPU engine's EXL3 layers (engine/cuda v41_gpu) and by GPU expert workers holding
+// EXL3 TP slices (dist/cuda gpu_experts), each with its own scratch memory.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "backend/cpu/routed.h"
 #include "backend/cpu/swiglu.h"
-#include "engine/cuda/device_model.h"
+#include "backend/cuda/device_info.h"
+#include "backend/cuda/exl3_gemv.cuh"
+#include "core/status.h"
 
-namespace ds41rt::engine::gpu {
+namespace ds41rt::backend::cuda {
 
-// One expert's three linears as device_model::exl3 loads them; w1.trellis == nullptr: not held.
-struct exl3_expert {
-    device_model::exl3_dev w1, w2, w3;
+// One EXL3 linear on the device as stored: trellis [in/16, out/16, 16 k] int16, suh [in] and
+// svh [out] fp16 bits (exl3_matrix's operands, without x and y).
+struct exl3_linear_dev {
+    int64_t in = 0, out = 0;
+    int k = 0;
+    exl3_cb cb = exl3_cb::MCG;
+    const uint16_t *trellis = nullptr, *suh = nullptr, *svh = nullptr;
 };
+
+// One expert's three linears; w1.trellis == nullptr: not held.
+struct exl3_expert_dev {
+    exl3_linear_dev w1, w2, w3;
+};
+
+// Device memory of `bytes` for the work one call enqueues on its stream: it must stay valid
+// until that work has run (a stream-ordered allocator, or memory freed after a synchronisation).
+using exl3_scratch = std::function<Result<void *>(size_t bytes)>;
 
 // acc[S, D] (device, fp32, unrounded) = for each row of rt, the sum over its routes of the
 // expert's output on x[row] (device [S, D]), in increasing expert id. nm: the CPU engine's
 // numerics for routed experts (kind is not read: EXL3 experts are the routed class).
 // INVALID_ARGUMENT when a route names an expert not held (or one expert twice for a row) or the
 // shapes do not fit D.
-// Synchronises nothing itself (the route table is already on the host).
-Status exl3_routed_sum(const device_model &m, const std::vector<exl3_expert> &experts,
-                       const backend::cpu::expert_numerics &nm, const float *x, int64_t D,
-                       const backend::cpu::route_table &rt, float *acc);
+// Synchronises nothing itself (the route table is already on the host; the uploads of its ids
+// and weights are from pageable memory, copied before the call returns).
+Status exl3_routed_sum(const device_info &dev, const std::vector<exl3_expert_dev> &experts,
+                       const cpu::expert_numerics &nm, const float *x, int64_t D, const cpu::route_table &rt,
+                       float *acc, const exl3_scratch &scratch, cudaStream_t stream);
 
-}  // namespace ds41rt::engine::gpu
+}  // namespace ds41rt::backend::cuda
