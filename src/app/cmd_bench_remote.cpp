@@ -125,6 +125,8 @@ int run_bench_remote(const bench_remote_args &a, const std::string &command_line
     text << pf.rdbuf();
     auto plan = dist::parse_plan(text.str());
     if (!plan) return fmt::print(stderr, "bench-remote: {}: {}\n", a.plan, plan.status().to_string()), 1;
+    if (Status st = experts::check_coordinator_devices(*plan); !st)
+        return fmt::print(stderr, "bench-remote: {}: {}\n", a.plan, st.message()), 1;
     Status vst = dist::validate(*plan);
     if (!vst) return fmt::print(stderr, "bench-remote: {}: {}\n", a.plan, vst.to_string()), 1;
     auto cfg = a.model.empty() ? model::flash_config(a.model_type == "v4" ? model::arch::V4 : model::arch::V41)

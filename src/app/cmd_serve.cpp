@@ -95,6 +95,10 @@ int run_serve(const serve_args &a) {
             spdlog::error("serve: {}: {}", a.plan, plan.status().to_string());
             return 1;
         }
+        if (Status st = experts::check_coordinator_devices(*plan); !st) {
+            spdlog::error("serve: {}: {}", a.plan, st.message());
+            return 1;
+        }
         eo.remote = experts::layout_from_plan(*plan, a.worker_timeout_ms, a.worker_connect_timeout_ms);
         int remote = 0;
         for (const auto &r : eo.remote.layer_ranks) remote += !r.empty();

@@ -17,4 +17,15 @@ remote_layout layout_from_plan(const dist::Plan &plan, int timeout_ms, int conne
     return l;
 }
 
+Status check_coordinator_devices(const dist::Plan &plan) {
+    for (const auto &l : plan.layers)
+        if (!l.remote && l.local_device != 0)
+            return Status::not_supported(
+                "the plan holds layer " + std::to_string(l.layer) + "'s experts on coordinator GPU " +
+                std::to_string(l.local_device) + " (" + plan.coordinator[size_t(l.local_device)].name +
+                "); the engine runs its local layers on one GPU: plan with --gpus 1 and give the other GPU's "
+                "share to expert workers (`ds41rt worker --device 1`, transport nccl)");
+    return Status::ok();
+}
+
 }  // namespace ds41rt::experts
