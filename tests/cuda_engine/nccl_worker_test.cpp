@@ -13,6 +13,10 @@
 //    killed mid-request (SIGKILL while the request waits on it) makes it UNAVAILABLE well before
 //    that timeout (its control channel closes); after the worker is restarted, service resumes
 //    with the same logits;
+//  - EXL3 experts (quantized_model.h's tiny EXL3 model, TP2 slices of 256 + 128): the workers run
+//    them from host routes (gpu_experts brings the NCCL routes down first); logits within 1e-4
+//    of the GPU engine alone on the tie-free prompt (the slices' trellis GEMVs sum each expert's
+//    channels in two pieces: ~1e-6), the same greedy tokens;
 //  - the exchange itself (experts/cuda/nccl_remote, no engine): a layer the worker does not hold
 //    comes back as a non-zero status word, UNAVAILABLE naming the reason; the next request on a
 //    held layer re-links and writes every element of the NaN-poisoned sum.
@@ -39,6 +43,8 @@
 #include "experts/cuda/nccl_remote.h"
 #include "experts/from_plan.h"
 #include "model/synth.h"
+#include "quantized_model.h"
+#include "tie_free_prompt.h"
 #include "tiny_synth.h"
 
 namespace ds41rt {
@@ -84,7 +90,7 @@ protected:
         if (!fs::exists(worker_binary())) GTEST_SKIP() << "no ds41rt binary at " << worker_binary() << " (set DS41RT_BIN)";
         for (int r = 0; r < 2; r++) ports_.push_back(free_port());
         plan_.model_type = "deepseek_v41";
-        plan_.format = "official";
+        plan_.format = format_;
         plan_.num_layers = 12;
         plan_.coordinator.push_back({"gpu0", 0, {}});
         for (int port : ports_) plan_.workers.push_back({"127.0.0.1:" + std::to_string(port), 1, {}, "nccl"});
@@ -174,12 +180,14 @@ protected:
     }
 
     static fs::path dir_;
+    static std::string format_;  // the routed experts' format of the model in dir_
     std::vector<int> ports_;
     std::vector<pid_t> pids_;
     dist::Plan plan_;
     std::string plan_path_;
 };
 fs::path NcclWorkers::dir_;
+std::string NcclWorkers::format_ = "official";
 
 TEST_F(NcclWorkers, LogitsMatchTheSingleGpuRun) {
     std::vector<float> a, b;
@@ -416,6 +424,49 @@ TEST_F(NcclWorkers, AStatusWordIsAnErrorNamingItsReason) {
     }
     cudaStreamDestroy(s);
     for (void *p : {xd, idd, wd, acc}) cudaFree(p);
+}
+
+class NcclWorkersExl3 : public NcclWorkers {
+protected:
+    static void SetUpTestSuite() {
+        dir_ = fs::temp_directory_path() / ("ds41rt_nccl_worker_exl3_" + std::to_string(getpid()));
+        format_ = "exl3";
+        make_quantized_model(dir_, "exl3");
+    }
+    static void TearDownTestSuite() {
+        fs::remove_all(dir_);
+        fs::remove_all(dir_.string() + "_src");
+        format_ = "official";
+    }
+};
+
+TEST_F(NcclWorkersExl3, LogitsMatchTheSingleGpuRun) {
+    std::vector<float> logits[2];
+    std::vector<int32_t> greedy[2];
+    for (int remote = 0; remote < 2; remote++) {
+        auto e = open(remote == 1, 10000);
+        ASSERT_TRUE(e) << e.status().to_string();
+        engine::seq_id s = (*e)->create_sequence();
+        std::vector<int32_t> tokens = TIE_FREE_PROMPT;
+        for (int step = 0; step < 6; step++) {
+            std::vector<Tensor> out;
+            Status st = (*e)->step({{s, tokens}}, &out);
+            ASSERT_TRUE(st) << st.to_string() << log_tail(0) << log_tail(1);
+            const Tensor &l = out[0];
+            logits[remote].insert(logits[remote].end(), l.f(), l.f() + l.numel());
+            const int64_t V = l.dim(1);
+            const float *last = l.f() + (l.dim(0) - 1) * V;
+            tokens = {int32_t(std::max_element(last, last + V) - last)};
+            greedy[remote].push_back(tokens[0]);
+        }
+    }
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    const double err = rel_max(logits[0], logits[1]);
+    std::printf("[ nccl worker ] EXL3: GPU coordinator + 2 NCCL workers (TP2) vs the GPU engine alone: max |dlogit| / max "
+                "|logit| = %.3g over %zu logits\n",
+                err, logits[0].size());
+    EXPECT_LE(err, 1e-4);
+    EXPECT_EQ(greedy[0], greedy[1]);
 }
 
 }  // namespace
