@@ -1,7 +1,8 @@
 // An expert worker's TP slices on a GPU: the routed experts of its layers in MXFP4, NVFP4 or EXL3
 // as the checkpoint stores them (each rank's rows of w1 / w3 and columns of w2, cut in the stored form),
 // run through the MoE decode kernels for each request: backend/cuda/moe_decode from host routes,
-// or backend/cuda/moe_routed from routes already on the GPU (the NCCL worker).
+// or backend/cuda/moe_routed from routes already on the GPU (the NCCL worker); EXL3 layers
+// through backend/cuda/exl3_moe from host routes.
 //
 // What crosses this boundary: slices in at load; per request host rows and routes in, the FP32
 // partial rows out, with the rounding points of backend/cpu routed_expert_sum, so a GPU worker
@@ -58,7 +59,8 @@ public:
                       const backend::cpu::route_table &rt, float *partial_dev);
     // The same from routes on this GPU (ids [rows, K] int32, -1 = no route, weights [rows, K]
     // fp32: the router's outputs as the NCCL worker receives them), stream-ordered after and
-    // before `stream`'s work, with no host synchronisation (backend/cuda moe_routed, whose output
+    // before `stream`'s work, with no host synchronisation for MXFP4 / NVFP4 layers (EXL3: see
+    // add_exl3_layer) (backend/cuda moe_routed, whose output
     // is bit-identical to run_device's for the same routes). A route naming an expert this slice
     // lacks (or an expert repeated past the kernels' limit) sets *status_word (device memory) to
     // fail_value; routed_errors() names it afterwards.
