@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "app/commands.h"
+#include "dist/local_gpus.h"
 #include "dist/plan.h"
 #include "engine/engine.h"
 #include "experts/from_plan.h"
@@ -82,6 +83,9 @@ int run_serve(const serve_args &a) {
     engine::engine_options eo;
     eo.mode = a.numerics == "official" ? engine::numerics::OFFICIAL : engine::numerics::TRANSFORMERS;
     eo.backend = a.backend == "cuda" ? engine::backend_kind::CUDA : engine::backend_kind::CPU;
+    // Expert layers the plan puts on coordinator GPUs >= 1 run in-process workers there; they
+    // outlive the engine (declared before it).
+    std::unique_ptr<dist::local_gpu_workers> local_gpus;
     if (!a.plan.empty()) {
         std::ifstream in(a.plan);
         if (!in) {
@@ -95,15 +99,19 @@ int run_serve(const serve_args &a) {
             spdlog::error("serve: {}: {}", a.plan, plan.status().to_string());
             return 1;
         }
-        if (Status st = experts::check_coordinator_devices(*plan); !st) {
-            spdlog::error("serve: {}: {}", a.plan, st.message());
+        dist::Plan run_plan;
+        auto lg = dist::local_gpu_workers::start(a.model, *plan, eo.backend == engine::backend_kind::CUDA, &run_plan);
+        if (!lg) {
+            spdlog::error("serve: {}: {}", a.plan, lg.status().to_string());
             return 1;
         }
-        eo.remote = experts::layout_from_plan(*plan, a.worker_timeout_ms, a.worker_connect_timeout_ms);
+        local_gpus = std::move(lg.value());
+        eo.remote = experts::layout_from_plan(run_plan, a.worker_timeout_ms, a.worker_connect_timeout_ms);
         int remote = 0;
         for (const auto &r : eo.remote.layer_ranks) remote += !r.empty();
-        spdlog::info("serve: plan {} (version {}): {} of {} layers on {} expert workers", a.plan, plan->version(),
-                     remote, plan->num_layers, plan->workers.size());
+        spdlog::info("serve: plan {} (version {}): {} of {} layers on {} expert workers ({} of them in-process on "
+                     "coordinator GPUs)",
+                     a.plan, plan->version(), remote, plan->num_layers, run_plan.workers.size(), local_gpus->count());
     }
     auto opened = engine::engine::open(a.model, eo);
     if (!opened) {

@@ -38,8 +38,8 @@ class expert_worker {
 public:
     // Loads config.json and, for every layer the plan places on worker `rank`, that rank's slice
     // of every routed expert (w1, w3 rows and w2 columns of the intermediate dimension).
-    // device >= 0: the slices go to that GPU in their stored MXFP4 form and requests run there
-    // (dist/cuda/gpu_experts; builds with CUDA, official MXFP4 checkpoints); -1: the CPU backend.
+    // device >= 0: the slices go to that GPU in their stored form and requests run there
+    // (dist/cuda/gpu_experts; builds with CUDA; MXFP4, NVFP4 or EXL3); -1: the CPU backend.
     ~expert_worker();
     static Result<std::unique_ptr<expert_worker>> load(const std::string &model_dir, const Plan &plan, int rank,
                                                        int device = -1);

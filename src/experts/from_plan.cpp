@@ -23,8 +23,8 @@ Status check_coordinator_devices(const dist::Plan &plan) {
             return Status::not_supported(
                 "the plan holds layer " + std::to_string(l.layer) + "'s experts on coordinator GPU " +
                 std::to_string(l.local_device) + " (" + plan.coordinator[size_t(l.local_device)].name +
-                "); the engine runs its local layers on one GPU: plan with --gpus 1 and give the other GPU's "
-                "share to expert workers (`ds41rt worker --device 1`, transport nccl)");
+                "), and this command holds local expert layers on GPU 0 only (`ds41rt serve` runs the other "
+                "GPUs' layers in-process); plan with --gpus 1 and put the other GPU under a worker");
     return Status::ok();
 }
 

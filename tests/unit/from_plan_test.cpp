@@ -39,7 +39,7 @@ TEST(from_plan, layout_keeps_ranks_transports_and_version) {
     EXPECT_EQ(l.connect_timeout_ms, 700);
 }
 
-TEST(from_plan, local_layers_on_a_second_coordinator_gpu_are_refused) {
+TEST(from_plan, local_layers_on_a_second_coordinator_gpu_are_refused_for_gpu0_only_commands) {
     dist::Plan p = four_layers();
     EXPECT_TRUE(experts::check_coordinator_devices(p).is_ok());
     p.layers[1].local_device = 1;

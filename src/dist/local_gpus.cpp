@@ -1,0 +1,57 @@
+#include "dist/local_gpus.h"
+
+#include <spdlog/spdlog.h>
+
+#include <map>
+
+namespace ds41rt::dist {
+
+Result<std::unique_ptr<local_gpu_workers>> local_gpu_workers::start(const std::string &model_dir, const Plan &plan,
+                                                                      bool nccl, Plan *rewritten) {
+    *rewritten = plan;
+    std::unique_ptr<local_gpu_workers> out(new local_gpu_workers());
+    std::map<int, int> worker_of;  // coordinator GPU -> its worker's index in the rewritten plan
+    std::vector<int> gpus;         // in the order of listeners_ (and of workers_ below)
+    for (const LayerPlacement &l : plan.layers)
+        if (!l.remote && l.local_device > 0 && !worker_of.count(l.local_device)) {
+            auto lst = tcp_listener::listen("127.0.0.1:0");
+            if (!lst) return Status(lst.status().code(), "local GPU workers: " + lst.status().message());
+            worker_of[l.local_device] = int(rewritten->workers.size());
+            gpus.push_back(l.local_device);
+            WorkerSlot w;
+            w.endpoint = "127.0.0.1:" + std::to_string((*lst)->port());
+            w.device = l.local_device;
+            w.budget = plan.coordinator[size_t(l.local_device)];
+            w.transport = nccl ? "nccl" : "tcp";
+            rewritten->workers.push_back(w);
+            out->listeners_.push_back(std::move(lst.value()));
+        }
+    if (worker_of.empty()) return out;
+    for (LayerPlacement &l : rewritten->layers)
+        if (!l.remote && l.local_device > 0) {
+            l.ranks = {worker_of.at(l.local_device)};
+            l.remote = true;
+            l.local_device = 0;
+        }
+    // Workers are loaded before any starts serving, so a load error leaves nothing running.
+    for (int gpu : gpus) {
+        const int index = worker_of.at(gpu);
+        auto w = expert_worker::load(model_dir, *rewritten, index, gpu);
+        if (!w) return Status(w.status().code(), "coordinator GPU " + std::to_string(gpu) + ": " + w.status().message());
+        spdlog::info("local GPU {}: {} expert layers, served in-process at {} ({})", gpu, (*w)->layers().size(),
+                     rewritten->workers[size_t(index)].endpoint, rewritten->workers[size_t(index)].transport);
+        out->workers_.push_back(std::move(w.value()));
+    }
+    for (size_t i = 0; i < out->workers_.size(); i++)
+        out->threads_.emplace_back([w = out->workers_[i].get(), l = out->listeners_[i].get(), stop = &out->stop_] {
+            if (Status st = w->serve(*l, *stop); !st) spdlog::error("local GPU worker {}: {}", w->rank(), st.message());
+        });
+    return out;
+}
+
+local_gpu_workers::~local_gpu_workers() {
+    stop_ = true;
+    for (std::thread &t : threads_) t.join();
+}
+
+}  // namespace ds41rt::dist

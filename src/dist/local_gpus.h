@@ -1,0 +1,47 @@
+// Local expert layers on a second (third, ...) coordinator GPU, which `ds41rt plan --gpus 2`
+// places there: each such GPU's layers are served by an expert worker running inside the
+// coordinator's process (dist/worker on that GPU, on a thread, listening on a loopback port),
+// and the plan is rewritten so those layers become remote layers of that worker. The engine then
+// reaches them as it reaches any GPU worker: over NCCL (GPU to GPU, inside the captured decode
+// step) when the coordinator runs on a GPU, over TCP otherwise. What the planner charged to the
+// GPU is what the worker loads: the layers' experts at full width (TP1).
+//
+// Coordinator GPU g is CUDA device g of this process.
+// Threads: the workers serve on their own threads until the object is destroyed.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+#include "dist/plan.h"
+#include "dist/tcp_transport.h"
+#include "dist/worker.h"
+
+namespace ds41rt::dist {
+
+class local_gpu_workers {
+public:
+    // Starts a worker for every coordinator GPU >= 1 that holds local layers of plan, loading
+    // them from model_dir; *rewritten: the plan the coordinator runs (those layers remote, one
+    // worker slot per such GPU, transport "nccl" when nccl, else "tcp"). With no such layer,
+    // *rewritten = plan and nothing starts.
+    static Result<std::unique_ptr<local_gpu_workers>> start(const std::string &model_dir, const Plan &plan, bool nccl,
+                                                            Plan *rewritten);
+    ~local_gpu_workers();  // stops and joins the workers
+    local_gpu_workers(const local_gpu_workers &) = delete;
+    local_gpu_workers &operator=(const local_gpu_workers &) = delete;
+    int count() const { return int(threads_.size()); }
+
+private:
+    local_gpu_workers() = default;
+    std::atomic<bool> stop_{false};
+    std::vector<std::unique_ptr<expert_worker>> workers_;
+    std::vector<std::unique_ptr<tcp_listener>> listeners_;
+    std::vector<std::thread> threads_;
+};
+
+}  // namespace ds41rt::dist
