@@ -24,6 +24,7 @@
 #include <sstream>
 
 #include "app/commands.h"
+#include "dist/local_gpus.h"
 #include "dist/plan.h"
 #include "engine/engine.h"
 #include "experts/from_plan.h"
@@ -125,14 +126,25 @@ int run_bench_remote(const bench_remote_args &a, const std::string &command_line
     text << pf.rdbuf();
     auto plan = dist::parse_plan(text.str());
     if (!plan) return fmt::print(stderr, "bench-remote: {}: {}\n", a.plan, plan.status().to_string()), 1;
-    if (Status st = experts::check_coordinator_devices(*plan); !st)
-        return fmt::print(stderr, "bench-remote: {}: {}\n", a.plan, st.message()), 1;
     Status vst = dist::validate(*plan);
     if (!vst) return fmt::print(stderr, "bench-remote: {}: {}\n", a.plan, vst.to_string()), 1;
-    auto cfg = a.model.empty() ? model::flash_config(a.model_type == "v4" ? model::arch::V4 : model::arch::V41)
+    const model::expert_quant quant = plan->format == "exl3"    ? model::expert_quant::EXL3
+                                      : plan->format == "nvfp4" ? model::expert_quant::NVFP4
+                                                                : model::expert_quant::OFFICIAL;
+    auto cfg = a.model.empty() ? model::flash_config(a.model_type == "v4" ? model::arch::V4 : model::arch::V41, quant)
                                : model::load_config(a.model);
     if (!cfg) return fmt::print(stderr, "bench-remote: {}\n", cfg.status().to_string()), 1;
     model::model_config c = cfg.value();
+    // Layers the plan holds on coordinator GPUs >= 1 (`ds41rt plan --gpus 2`): in-process dummy
+    // workers there (dist/local_gpus); from here on the plan is the rewritten one.
+    dist::Plan run_plan;
+    auto local = dist::local_gpu_workers::start(
+        *plan, true, [&](const dist::Plan &p, int rank, int device) { return dist::expert_worker::load_dummy(c, p, rank, device, a.seed); },
+        &run_plan);
+    if (!local) return fmt::print(stderr, "bench-remote: {}: {}\n", a.plan, local.status().to_string()), 1;
+    if ((*local)->count() > 0)
+        fmt::print(stderr, "bench-remote: {} coordinator GPU(s) beyond GPU 0 served in-process\n", (*local)->count());
+    *plan = run_plan;
     int first_remote = -1, n_remote = 0;
     for (const auto &lp : plan->layers)
         if (lp.remote) n_remote++, first_remote = first_remote < 0 ? lp.layer : first_remote;
@@ -149,6 +161,7 @@ int run_bench_remote(const bench_remote_args &a, const std::string &command_line
     j["plan"] = a.plan;
     j["placement_version"] = plan->version();
     j["layers"] = plan->num_layers;
+    j["local_gpu_workers"] = (*local)->count();
     j["remote_layers"] = n_remote;
     j["tp"] = plan->layers[size_t(first_remote)].tp();
     j["numerics"] = a.numerics;

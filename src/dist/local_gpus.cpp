@@ -8,6 +8,12 @@ namespace ds41rt::dist {
 
 Result<std::unique_ptr<local_gpu_workers>> local_gpu_workers::start(const std::string &model_dir, const Plan &plan,
                                                                       bool nccl, Plan *rewritten) {
+    return start(plan, nccl, [&](const Plan &p, int rank, int device) { return expert_worker::load(model_dir, p, rank, device); },
+                 rewritten);
+}
+
+Result<std::unique_ptr<local_gpu_workers>> local_gpu_workers::start(const Plan &plan, bool nccl, const loader &load,
+                                                                      Plan *rewritten) {
     *rewritten = plan;
     std::unique_ptr<local_gpu_workers> out(new local_gpu_workers());
     std::map<int, int> worker_of;  // coordinator GPU -> its worker's index in the rewritten plan
@@ -36,7 +42,7 @@ Result<std::unique_ptr<local_gpu_workers>> local_gpu_workers::start(const std::s
     // Workers are loaded before any starts serving, so a load error leaves nothing running.
     for (int gpu : gpus) {
         const int index = worker_of.at(gpu);
-        auto w = expert_worker::load(model_dir, *rewritten, index, gpu);
+        auto w = load(*rewritten, index, gpu);
         if (!w) return Status(w.status().code(), "coordinator GPU " + std::to_string(gpu) + ": " + w.status().message());
         spdlog::info("local GPU {}: {} expert layers, served in-process at {} ({})", gpu, (*w)->layers().size(),
                      rewritten->workers[size_t(index)].endpoint, rewritten->workers[size_t(index)].transport);

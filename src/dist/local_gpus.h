@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -25,10 +26,17 @@ namespace ds41rt::dist {
 
 class local_gpu_workers {
 public:
-    // Starts a worker for every coordinator GPU >= 1 that holds local layers of plan, loading
-    // them from model_dir; *rewritten: the plan the coordinator runs (those layers remote, one
-    // worker slot per such GPU, transport "nccl" when nccl, else "tcp"). With no such layer,
-    // *rewritten = plan and nothing starts.
+    // Loads worker `rank` of the rewritten plan onto CUDA device `device`: expert_worker::load
+    // from a checkpoint, or load_dummy.
+    using loader = std::function<Result<std::unique_ptr<expert_worker>>(const Plan &rewritten, int rank, int device)>;
+
+    // Starts a worker for every coordinator GPU >= 1 that holds local layers of plan, loaded by
+    // load; *rewritten: the plan the coordinator runs (those layers remote, one worker slot per
+    // such GPU, transport "nccl" when nccl, else "tcp"). With no such layer, *rewritten = plan
+    // and nothing starts.
+    static Result<std::unique_ptr<local_gpu_workers>> start(const Plan &plan, bool nccl, const loader &load,
+                                                            Plan *rewritten);
+    // start() with expert_worker::load from the checkpoint in model_dir.
     static Result<std::unique_ptr<local_gpu_workers>> start(const std::string &model_dir, const Plan &plan, bool nccl,
                                                             Plan *rewritten);
     ~local_gpu_workers();  // stops and joins the workers

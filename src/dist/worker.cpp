@@ -184,9 +184,11 @@ Result<std::unique_ptr<expert_worker>> expert_worker::load_dummy(const model::mo
     if (plan.num_layers > c.n_layers)
         return Status::invalid_argument("worker: the plan has " + std::to_string(plan.num_layers) + " layers, the model " +
                                         std::to_string(c.n_layers));
-    if (plan.format != "official" || c.routed_quant != model::expert_quant::OFFICIAL)
-        return Status::not_supported("worker: dummy weights exist for official (MXFP4) routed experts only; the plan is for " +
-                                     plan.format);
+    const bool exl3 = c.routed_quant == model::expert_quant::EXL3;
+    if (!(plan.format == "official" && c.routed_quant == model::expert_quant::OFFICIAL) && !(plan.format == "exl3" && exl3))
+        return Status::not_supported("worker: dummy weights exist for official (MXFP4) and EXL3 routed experts; the plan is "
+                                     "for " + plan.format + ", the model's routed experts are " +
+                                     model::expert_quant_name(c.routed_quant));
 #ifndef DS41RT_HAVE_CUDA
     (void)seed;
     return Status::not_supported("worker: dummy weights need a build with CUDA");
@@ -203,7 +205,8 @@ Result<std::unique_ptr<expert_worker>> expert_worker::load_dummy(const model::mo
     auto g = gpu_experts::make(device);
     if (!g) return Status(g.status().code(), "worker: GPU " + std::to_string(device) + ": " + g.status().message());
     wk->gpu_ = std::move(g.value());
-    const int align = expert_slice_align(c, expert_format::OFFICIAL);
+    const int align = expert_slice_align(c, exl3 ? expert_format::EXL3 : expert_format::OFFICIAL);
+    const model::storage_format stored = exl3 ? model::storage_format::EXL3 : model::storage_format::MXFP4;
     for (const LayerPlacement &lp : plan.layers) {
         if (!lp.remote) continue;
         auto held = slice_of(lp, rank, c, align);
@@ -218,11 +221,14 @@ Result<std::unique_ptr<expert_worker>> expert_worker::load_dummy(const model::mo
                 auto f = by_name.find(name);
                 if (f == by_name.end()) return Status::not_found("worker: " + name + " is not in the dummy-weight plan");
                 const model::dummy_tensor &t = *f->second;
-                if (t.entry.format != model::storage_format::MXFP4 || t.rule.init != model::dummy_init::NORMAL)
-                    return Status::not_supported("worker: " + name + " is not an MXFP4 tensor of normal values");
+                if (t.entry.format != stored || t.rule.init != model::dummy_init::NORMAL)
+                    return Status::not_supported("worker: " + name + " is not an " + model::storage_format_name(stored) +
+                                                 " tensor of normal values");
                 backend::cpu::dummy_tensor_desc d;  // as engine/cuda/device_model fills the whole tensor
                 d.name = t.entry.name.c_str();
-                d.format = backend::cpu::dummy_format::MXFP4;
+                d.format = exl3 ? backend::cpu::dummy_format::EXL3 : backend::cpu::dummy_format::MXFP4;
+                if (t.exl3_bits > 0) d.exl3_bits = t.exl3_bits;
+                d.exl3_code_rms = t.exl3_code_rms;
                 d.rows = t.entry.shape.size() >= 2 ? t.entry.shape[0] : 1;
                 d.cols = t.entry.shape.empty() ? 1 : t.entry.shape.back();
                 d.block_out = t.block_out;
@@ -239,8 +245,11 @@ Result<std::unique_ptr<expert_worker>> expert_worker::load_dummy(const model::mo
                 }
                 windows[size_t(e)][size_t(i)] = d;
             }
-        DS41RT_RETURN_IF_ERROR(
-            wk->gpu_->add_dummy_layer(lp.layer, c.dim, ls.slice.width(), c.swiglu_limit, windows, seed));
+        if (exl3)
+            DS41RT_RETURN_IF_ERROR(wk->gpu_->add_dummy_exl3_layer(lp.layer, c.dim, c.swiglu_limit, windows, seed, c.exl3_cb));
+        else
+            DS41RT_RETURN_IF_ERROR(
+                wk->gpu_->add_dummy_layer(lp.layer, c.dim, ls.slice.width(), c.swiglu_limit, windows, seed));
         wk->layers_[lp.layer] = std::move(ls);
     }
     if (wk->layers_.empty())

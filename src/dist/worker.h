@@ -47,7 +47,7 @@ public:
     // Dummy weights (`--load-format dummy`): c's shapes (the built-in full-size ones, or a
     // checkpoint's config.json), each slice filled on GPU `device` from (seed, tensor id) exactly
     // as the coordinator's dummy plan (model/dummy_weights) fills that range of the whole tensor,
-    // so a full-size worker starts in seconds. Official MXFP4 experts, CUDA builds only.
+    // so a full-size worker starts in seconds. Official MXFP4 or EXL3 experts, CUDA builds only.
     static Result<std::unique_ptr<expert_worker>> load_dummy(const model::model_config &c, const Plan &plan, int rank,
                                                              int device, uint64_t seed);
 

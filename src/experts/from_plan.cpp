@@ -17,15 +17,4 @@ remote_layout layout_from_plan(const dist::Plan &plan, int timeout_ms, int conne
     return l;
 }
 
-Status check_coordinator_devices(const dist::Plan &plan) {
-    for (const auto &l : plan.layers)
-        if (!l.remote && l.local_device != 0)
-            return Status::not_supported(
-                "the plan holds layer " + std::to_string(l.layer) + "'s experts on coordinator GPU " +
-                std::to_string(l.local_device) + " (" + plan.coordinator[size_t(l.local_device)].name +
-                "), and this command holds local expert layers on GPU 0 only (`ds41rt serve` runs the other "
-                "GPUs' layers in-process); plan with --gpus 1 and put the other GPU under a worker");
-    return Status::ok();
-}
-
 }  // namespace ds41rt::experts

@@ -1,6 +1,5 @@
 // experts/from_plan: a plan as the coordinator's engine runs it (remote layers' ranks and
-// transports), and the refusal of a plan whose local layers span two coordinator GPUs, which the
-// engine cannot run yet (it would otherwise load them all onto GPU 0).
+// transports).
 #include "experts/from_plan.h"
 
 #include <gtest/gtest.h>
@@ -37,16 +36,6 @@ TEST(from_plan, layout_keeps_ranks_transports_and_version) {
     EXPECT_EQ(l.layer_ranks[2], (std::vector<int>{1, 0}));  // TP rank = position, not worker order
     EXPECT_EQ(l.timeout_ms, 3000);
     EXPECT_EQ(l.connect_timeout_ms, 700);
-}
-
-TEST(from_plan, local_layers_on_a_second_coordinator_gpu_are_refused_for_gpu0_only_commands) {
-    dist::Plan p = four_layers();
-    EXPECT_TRUE(experts::check_coordinator_devices(p).is_ok());
-    p.layers[1].local_device = 1;
-    const Status st = experts::check_coordinator_devices(p);
-    ASSERT_FALSE(st.is_ok());
-    EXPECT_EQ(st.code(), status_code::NOT_SUPPORTED);
-    EXPECT_NE(st.message().find("layer 1's experts on coordinator GPU 1 (gpu1)"), std::string::npos) << st.message();
 }
 
 }  // namespace

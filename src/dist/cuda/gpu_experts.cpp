@@ -205,6 +205,46 @@ Status gpu_experts::add_dummy_layer(int layer, int64_t D, int64_t I, float swigl
     return Status::ok();
 }
 
+Status gpu_experts::add_dummy_exl3_layer(int layer, int64_t D, float swiglu_limit,
+                                         const std::vector<std::array<backend::cpu::dummy_tensor_desc, 3>> &windows,
+                                         uint64_t seed, model::exl3_codebook cb) {
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(p_->dev.device));
+    impl::exl3_layer L;
+    L.D = D;
+    L.swiglu_limit = swiglu_limit;
+    for (const auto &e : windows) {
+        cuda::exl3_expert_dev x;
+        cuda::exl3_linear_dev *dst[] = {&x.w1, &x.w2, &x.w3};
+        for (int i = 0; i < 3; i++) {
+            const backend::cpu::dummy_tensor_desc &d = e[size_t(i)];
+            if (d.format != backend::cpu::dummy_format::EXL3)
+                return Status::invalid_argument(std::string(d.name ? d.name : "a dummy expert") + ": not EXL3");
+            auto b = backend::cpu::dummy_bytes(d);
+            if (!b) return b.status();
+            void *w = nullptr, *sc = nullptr;
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&w, std::max<uint64_t>(b->weight, 16)));
+            p_->blocks.push_back(w);
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&sc, std::max<uint64_t>(b->scale, 16)));
+            p_->blocks.push_back(sc);
+            DS41RT_RETURN_IF_ERROR(cuda::fill_dummy(d, w, sc, seed, p_->stream));
+            bytes_ += b->weight + b->scale;
+            // The window's logical [out, in] (rows x cols of the descriptor).
+            cuda::exl3_linear_dev &l = *dst[i];
+            l.out = d.nrows >= 0 ? d.nrows : d.rows - d.row0;
+            l.in = d.ncols >= 0 ? d.ncols : d.cols - d.col0;
+            l.k = d.exl3_bits;
+            l.cb = cuda::exl3_cb(int(cb));  // the same numbering (exllamav3's)
+            l.trellis = static_cast<const uint16_t *>(w);
+            l.suh = static_cast<const uint16_t *>(sc);
+            l.svh = l.suh + l.in;
+        }
+        L.experts.push_back(x);
+    }
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(p_->stream));
+    p_->exl3_layers[layer] = std::move(L);
+    return Status::ok();
+}
+
 bool gpu_experts::has_layer(int layer) const { return p_->layers.count(layer) != 0 || p_->exl3_layers.count(layer) != 0; }
 
 int gpu_experts::device() const { return p_->dev.device; }

@@ -49,6 +49,11 @@ public:
     // the GPU from (seed, tensor id) so they hold exactly those ranges of the whole tensors.
     Status add_dummy_layer(int layer, int64_t D, int64_t I, float swiglu_limit,
                            const std::vector<std::array<backend::cpu::dummy_tensor_desc, 3>> &windows, uint64_t seed);
+    // The same for EXL3 windows (trellis, then suh and svh in the scale buffer, as the dummy fill
+    // lays them out), run as add_exl3_layer's slices; cb: the codebook the config announces.
+    Status add_dummy_exl3_layer(int layer, int64_t D, float swiglu_limit,
+                                const std::vector<std::array<backend::cpu::dummy_tensor_desc, 3>> &windows,
+                                uint64_t seed, model::exl3_codebook cb);
     // partial[rows, D] = this slice's routed-expert sum of hidden[rows, D]. NOT_FOUND for a layer
     // not held.
     Status run(int layer, const backend::cpu::expert_numerics &nm, const float *hidden, int64_t rows,
