@@ -42,7 +42,10 @@ Result<std::unique_ptr<local_gpu_workers>> local_gpu_workers::start(const Plan &
     // Workers are loaded before any starts serving, so a load error leaves nothing running.
     for (int gpu : gpus) {
         const int index = worker_of.at(gpu);
-        auto w = load(*rewritten, index, gpu);
+        // On a thread of its own: a GPU loader makes its device current, and the caller's thread
+        // must keep its own (bench-remote's first eager calls ran on GPU 1 otherwise).
+        Result<std::unique_ptr<expert_worker>> w = Status::internal("not loaded");
+        std::thread([&] { w = load(*rewritten, index, gpu); }).join();
         if (!w) return Status(w.status().code(), "coordinator GPU " + std::to_string(gpu) + ": " + w.status().message());
         spdlog::info("local GPU {}: {} expert layers, served in-process at {} ({})", gpu, (*w)->layers().size(),
                      rewritten->workers[size_t(index)].endpoint, rewritten->workers[size_t(index)].transport);
