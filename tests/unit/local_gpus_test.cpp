@@ -18,38 +18,12 @@
 #include "experts/from_plan.h"
 #include "model/synth.h"
 #include "tiny_synth.h"
+#include "two_gpu_plan.h"
 
 namespace ds41rt {
 namespace {
 
 namespace fs = std::filesystem;
-
-dist::Plan two_gpu_plan() {
-    dist::Plan p;
-    p.model_type = "deepseek_v41";
-    p.format = "official";
-    p.num_layers = 12;
-    p.coordinator.push_back({"gpu0", 0, {}});
-    p.coordinator.push_back({"gpu1", 0, {}});
-    for (int l = 0; l < 12; l++) p.layers.push_back({l, false, l < 6 ? 0 : 1, {}});
-    return p;
-}
-
-void run(engine::engine &e, std::vector<float> *all, std::vector<int32_t> *greedy) {
-    engine::seq_id s = e.create_sequence();
-    std::vector<int32_t> tokens = {0, 17, 300, 42, 5, 511, 77, 9, 123, 64};
-    for (int step = 0; step <= 3; step++) {
-        std::vector<Tensor> logits;
-        Status st = e.step({{s, tokens}}, &logits);
-        ASSERT_TRUE(st) << st.to_string();
-        const Tensor &l = logits[0];
-        all->insert(all->end(), l.f(), l.f() + l.numel());
-        const int64_t V = l.dim(1);
-        const float *last = l.f() + (l.dim(0) - 1) * V;
-        tokens = {int32_t(std::max_element(last, last + V) - last)};
-        greedy->push_back(tokens[0]);
-    }
-}
 
 TEST(local_gpus, second_gpu_layers_become_an_in_process_workers_and_match) {
     const fs::path dir = fs::temp_directory_path() / ("ds41rt_local_gpus_cpu_" + std::to_string(getpid()));
@@ -60,7 +34,7 @@ TEST(local_gpus, second_gpu_layers_become_an_in_process_workers_and_match) {
     {
         auto e = engine::engine::open(dir.string(), {});
         ASSERT_TRUE(e) << e.status().to_string();
-        run(**e, &ref, &gref);
+        run_greedy(**e, 4, &ref, &gref);
         if (HasFatalFailure()) return;
     }
     dist::Plan rewritten;
@@ -91,7 +65,7 @@ TEST(local_gpus, second_gpu_layers_become_an_in_process_workers_and_match) {
         o.remote = experts::layout_from_plan(rewritten, 10000, 1000);
         auto e = engine::engine::open(dir.string(), o);
         ASSERT_TRUE(e) << e.status().to_string();
-        run(**e, &got, &ggot);
+        run_greedy(**e, 4, &got, &ggot);
         if (HasFatalFailure()) return;
     }
     ASSERT_EQ(got.size(), ref.size());
