@@ -4,6 +4,8 @@
 
 #include <map>
 
+#include "dist/byte_size.h"
+
 namespace ds41rt::dist {
 
 Result<std::unique_ptr<local_gpu_workers>> local_gpu_workers::start(const std::string &model_dir, const Plan &plan,
@@ -33,6 +35,20 @@ Result<std::unique_ptr<local_gpu_workers>> local_gpu_workers::start(const Plan &
             out->listeners_.push_back(std::move(lst.value()));
         }
     if (worker_of.empty()) return out;
+    // The planner charges a GPU the dense weights, KV and head of the layers whose experts it
+    // holds (a layer split); this engine keeps every layer's dense part on GPU 0 and moves only
+    // the experts. GPU 0 must have room for what it takes over.
+    DeviceBudget gpu0 = plan.coordinator[0];
+    for (const auto &[gpu, index] : worker_of)
+        for (const auto &[k, v] : plan.coordinator[size_t(gpu)].charges)
+            if ((k.rfind("weights.", 0) == 0 && k != "weights.experts") || k.rfind("kv.", 0) == 0 || k == "logits" ||
+                k == "request")
+                gpu0.charges[k] += v;
+    if (gpu0.budget_bytes != 0 && gpu0.charged() > gpu0.budget_bytes)
+        return Status::invalid_argument(
+            "the plan charges the dense weights and KV of its GPU >= 1 layers to those GPUs, but the engine keeps them on "
+            "GPU 0 (only the experts move): " + gpu0.name + " would hold " + format_gib(gpu0.charged()) + " of its " +
+            format_gib(gpu0.budget_bytes) + "; plan with --gpus 1 and a worker on the other GPU");
     for (LayerPlacement &l : rewritten->layers)
         if (!l.remote && l.local_device > 0) {
             l.ranks = {worker_of.at(l.local_device)};

@@ -6,7 +6,9 @@
 // step) when the coordinator runs on a GPU, over TCP otherwise. What the planner charged to the
 // GPU is what the worker loads: the layers' experts at full width (TP1).
 //
-// Coordinator GPU g is CUDA device g of this process.
+// Coordinator GPU g is CUDA device g of this process. The planner charges such a GPU the dense
+// weights and KV of its layers (a layer split); here they stay on GPU 0, so start() refuses a plan
+// whose GPU 0 budget cannot take them as well, saying by how much.
 // Threads: the workers serve on their own threads until the object is destroyed.
 #pragma once
 

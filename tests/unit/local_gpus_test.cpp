@@ -4,7 +4,8 @@
 // the largest logit: the worker's partial is added to the shared expert's output in another
 // order), with the same greedy tokens. Here the loader puts the worker on the CPU backend; the
 // GPU run (worker on GPU 1, NCCL from the GPU engine) is tests/cuda_engine/local_gpus_test.cpp.
-// A loader's error comes back naming the GPU, and nothing is left serving.
+// A loader's error comes back naming the GPU, and nothing is left serving; a GPU 0 budget that
+// cannot also take GPU 1's dense weights and KV (the planner charged them to GPU 1) is refused.
 #include "dist/local_gpus.h"
 
 #include <gtest/gtest.h>
@@ -25,7 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TEST(local_gpus, second_gpu_layers_become_an_in_process_workers_and_match) {
+TEST(local_gpus, second_gpu_layers_go_to_an_in_process_worker_and_match) {
     const fs::path dir = fs::temp_directory_path() / ("ds41rt_local_gpus_cpu_" + std::to_string(getpid()));
     fs::remove_all(dir);
     ASSERT_TRUE(model::synthesize(dir.string(), tiny_synth()));
@@ -91,6 +92,22 @@ TEST(local_gpus, second_gpu_layers_become_an_in_process_workers_and_match) {
     ASSERT_TRUE(none);
     EXPECT_EQ((*none)->count(), 0);
     EXPECT_EQ(rewritten.version(), one.version());
+
+    // GPU 0 must take GPU 1's dense weights and KV as well: a budget too small for both is refused
+    // before anything loads, with the sizes.
+    dist::Plan tight = two_gpu_plan();
+    tight.coordinator[0].budget_bytes = 10ull << 30;
+    tight.coordinator[0].charges = {{"weights.dense", 6ull << 30}};
+    tight.coordinator[1].budget_bytes = 10ull << 30;
+    tight.coordinator[1].charges = {{"weights.dense", 3ull << 30}, {"kv.compressed", 2ull << 30}, {"weights.experts", 4ull << 30}};
+    auto refused = dist::local_gpu_workers::start(tight, false, [&](const dist::Plan &, int, int) {
+        ADD_FAILURE() << "nothing may load";
+        return Result<std::unique_ptr<dist::expert_worker>>(Status::internal("unreachable"));
+    }, &rewritten);
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.status().code(), status_code::INVALID_ARGUMENT);
+    EXPECT_NE(refused.status().message().find("gpu0 would hold 11.00 GiB of its 10.00 GiB"), std::string::npos)
+        << refused.status().message();
 
     // A loader that fails: the error names the GPU.
     auto bad = dist::local_gpu_workers::start(two_gpu_plan(), false, [&](const dist::Plan &, int, int) {
