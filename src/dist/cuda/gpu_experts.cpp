@@ -75,6 +75,15 @@ gpu_experts::~gpu_experts() {
     if (p_->stream) cudaStreamDestroy(p_->stream);
 }
 
+Result<const uint8_t *> gpu_experts::upload(const void *host, size_t bytes) {
+    void *p = nullptr;
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
+    p_->blocks.push_back(p);
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
+    bytes_ += bytes;
+    return static_cast<const uint8_t *>(p);
+}
+
 Status gpu_experts::add_layer(int layer, int64_t D, float swiglu_limit,
                               std::vector<std::array<model::mxfp4_slice, 3>> experts) {
     cuda::moe_layer L;
@@ -82,17 +91,13 @@ Status gpu_experts::add_layer(int layer, int64_t D, float swiglu_limit,
     L.swiglu_limit = swiglu_limit;
     for (auto &e : experts) {
         const uint8_t *dev[6];
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 3; i++)
             for (int j = 0; j < 2; j++) {
                 const std::vector<uint8_t> &h = j == 0 ? e[size_t(i)].codes : e[size_t(i)].scales;
-                void *p = nullptr;
-                DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, std::max<size_t>(h.size(), 16)));
-                p_->blocks.push_back(p);
-                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy(p, h.data(), h.size(), cudaMemcpyHostToDevice));
-                bytes_ += h.size();
-                dev[i * 2 + j] = static_cast<const uint8_t *>(p);
+                auto d = upload(h.data(), h.size());
+                if (!d) return d.status();
+                dev[i * 2 + j] = d.value();
             }
-        }
         L.I = int(e[0].out);
         // moe_expert holds w1, w3, w2 in that order.
         L.experts.push_back({dev[0], dev[1], dev[4], dev[5], dev[2], dev[3]});
@@ -118,17 +123,13 @@ Status gpu_experts::add_nvfp4_layer(int layer, int64_t D, float swiglu_limit,
                                                 " channels wide: the GPU's W4A4 GEMV takes whole 32-channel inputs "
                                                 "(choose a TP width whose slices are, or a CPU worker)");
         const uint8_t *dev[6];
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 3; i++)
             for (int j = 0; j < 2; j++) {
                 const std::vector<uint8_t> &h = j == 0 ? e[size_t(i)].codes : e[size_t(i)].scales;
-                void *p = nullptr;
-                DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, std::max<size_t>(h.size(), 16)));
-                p_->blocks.push_back(p);
-                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy(p, h.data(), h.size(), cudaMemcpyHostToDevice));
-                bytes_ += h.size();
-                dev[i * 2 + j] = static_cast<const uint8_t *>(p);
+                auto d = upload(h.data(), h.size());
+                if (!d) return d.status();
+                dev[i * 2 + j] = d.value();
             }
-        }
         L.I = int(e[0].out);
         cuda::moe_nvfp4_expert x;
         x.w1 = dev[0], x.w1_scale = dev[1], x.w2 = dev[2], x.w2_scale = dev[3], x.w3 = dev[4], x.w3_scale = dev[5];
@@ -146,15 +147,6 @@ Status gpu_experts::add_exl3_layer(int layer, int64_t D, float swiglu_limit,
     impl::exl3_layer L;
     L.D = D;
     L.swiglu_limit = swiglu_limit;
-    auto upload = [&](const std::vector<uint16_t> &h) -> Result<const uint16_t *> {
-        void *p = nullptr;
-        const size_t n = h.size() * sizeof(uint16_t);
-        DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, std::max<size_t>(n, 16)));
-        p_->blocks.push_back(p);
-        DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpy(p, h.data(), n, cudaMemcpyHostToDevice));
-        bytes_ += n;
-        return static_cast<const uint16_t *>(p);
-    };
     for (const auto &e : experts) {
         cuda::exl3_expert_dev x;
         cuda::exl3_linear_dev *dst[] = {&x.w1, &x.w2, &x.w3};
@@ -164,9 +156,9 @@ Status gpu_experts::add_exl3_layer(int layer, int64_t D, float swiglu_limit,
             d.in = s.in, d.out = s.out, d.k = s.k;
             d.cb = cuda::exl3_cb(int(s.cb));  // the same numbering (exllamav3's)
             for (auto [h, out] : {std::pair{&s.trellis, &d.trellis}, std::pair{&s.suh, &d.suh}, std::pair{&s.svh, &d.svh}}) {
-                auto p = upload(*h);
+                auto p = upload(h->data(), h->size() * sizeof(uint16_t));
                 if (!p) return p.status();
-                *out = p.value();
+                *out = reinterpret_cast<const uint16_t *>(p.value());
             }
         }
         L.experts.push_back(x);

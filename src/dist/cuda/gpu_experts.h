@@ -81,6 +81,8 @@ public:
 private:
     struct impl;
     gpu_experts() = default;
+    // bytes of host memory copied to a device block this object owns (counted in device_bytes).
+    Result<const uint8_t *> upload(const void *host, size_t bytes);
     std::unique_ptr<impl> p_;
     size_t bytes_ = 0;
 };
