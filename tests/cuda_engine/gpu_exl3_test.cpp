@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -35,6 +36,7 @@
 #include "backend/cuda/device_info.h"
 #include "engine/cuda/device_model.h"
 #include "backend/cuda/exl3_moe.cuh"
+#include "backend/cuda/exl3_routed.cuh"
 #include "tie_free_prompt.h"
 #include "engine/engine.h"
 #include "model/synth.h"
@@ -172,6 +174,182 @@ TEST(GpuExl3, RoutedSumMatchesTheCpu) {
         st = routed_sum(twice);
         EXPECT_FALSE(st);
         EXPECT_NE(st.to_string().find("twice"), std::string::npos) << st.to_string();
+    }
+    fs::remove_all(dir);
+}
+
+// The decode path from device routes (backend/cuda exl3_routed) on the same layer: 16 rows of 2
+// routes (expert 3 on every row, so decoded 16 times; one pick dropped as -1), against the CPU
+// (same tolerances as above) and the host-routed exl3_moe (the same work items with other K
+// slicing: expected ~1e-7, bounded by 1e-5 TRANSFORMERS and the OFFICIAL bound above); a CUDA
+// graph captured once and replayed with other routes gives the eager run's bits; one row alone
+// (B = 1) in the 16-row plan's workspace; a route to an expert not held is named by the check.
+TEST(GpuExl3, DeviceRoutedSumMatchesHostRoutedAndCpu) {
+    if (auto d = backend::cuda::query_device(0); !d) GTEST_SKIP() << d.status().to_string();
+    const fs::path dir = fs::temp_directory_path() / ("ds41rt_gpu_exl3_routed_" + std::to_string(getpid()));
+    make_quantized_model(dir, "exl3");
+    if (HasFatalFailure()) return;
+    auto wr = model::weights::open(dir.string());
+    ASSERT_TRUE(wr) << wr.status().to_string();
+    std::shared_ptr<model::weights> w(std::move(wr.value()));
+    const model::model_config &c = w->config();
+    const int64_t D = c.dim, E = c.n_routed_experts, S = 16;
+    const int K = 2;
+    ASSERT_GE(E, 8);
+    std::mt19937 rng(9);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::uniform_real_distribution<float> wd(0.2f, 2.0f);
+    std::vector<float> x(static_cast<size_t>(S * D));
+    for (float &v : x) v = nd(rng);
+    auto make_routes = [&](int shift, std::vector<int32_t> *ids, std::vector<float> *wts) {
+        ids->clear(), wts->clear();
+        for (int64_t r = 0; r < S; r++) {
+            const int32_t other = int32_t((r + shift) % 7 >= 3 ? (r + shift) % 7 + 1 : (r + shift) % 7);
+            ids->push_back(r == 5 ? -1 : other), ids->push_back(3);  // row 5: its first pick dropped
+            wts->push_back(wd(rng)), wts->push_back(wd(rng));
+        }
+    };
+    auto table_of = [&](const std::vector<int32_t> &ids, const std::vector<float> &wts, int64_t rows) {
+        backend::cpu::route_table rt;
+        rt.offsets.push_back(0);
+        for (int64_t r = 0; r < rows; r++) {
+            for (int k = 0; k < K; k++)
+                if (ids[size_t(r * K + k)] >= 0) rt.routes.push_back({uint32_t(ids[size_t(r * K + k)]), wts[size_t(r * K + k)]});
+            rt.offsets.push_back(uint32_t(rt.routes.size()));
+        }
+        return rt;
+    };
+    auto rel = [](const std::vector<float> &a, const std::vector<float> &b, size_t n) {
+        double num = 0, den = 0;
+        for (size_t i = 0; i < n; i++) {
+            EXPECT_TRUE(std::isfinite(a[i])) << "element " << i;
+            const double d = double(a[i]) - b[i];
+            num += d * d, den += double(b[i]) * b[i];
+        }
+        return std::sqrt(num / den);
+    };
+
+    for (bool official : {false, true}) {
+        auto mr = engine::gpu::device_model::make(w, official);
+        ASSERT_TRUE(mr) << mr.status().to_string();
+        engine::gpu::device_model &m = *mr.value();
+        std::vector<backend::cuda::exl3_expert_dev> gx(static_cast<size_t>(E));
+        std::vector<backend::cpu::expert_weights> cx(static_cast<size_t>(E));
+        for (int64_t e = 0; e < E; e++) {
+            const std::string p = "layers.1.ffn.experts." + std::to_string(e) + ".";
+            const std::pair<const char *, std::pair<backend::cuda::exl3_linear_dev *, Tensor *>> ws[] = {
+                {"w1.weight", {&gx[size_t(e)].w1, &cx[size_t(e)].w1}},
+                {"w2.weight", {&gx[size_t(e)].w2, &cx[size_t(e)].w2}},
+                {"w3.weight", {&gx[size_t(e)].w3, &cx[size_t(e)].w3}}};
+            for (auto &[n, dst] : ws) {
+                auto g = m.exl3(p + n);
+                ASSERT_TRUE(g) << g.status().to_string();
+                *dst.first = {g->in, g->out, g->k, backend::cuda::exl3_cb(int(g->cb)), g->trellis, g->suh, g->svh};
+                auto t = w->f32(p + n);
+                ASSERT_TRUE(t) << t.status().to_string();
+                *dst.second = std::move(t.value());
+            }
+        }
+        backend::cpu::expert_numerics nm;
+        nm.official = official;
+        nm.act_block = c.fp8_block_in;
+        nm.swiglu_limit = c.swiglu_limit;
+        const char *what = official ? "official" : "transformers";
+
+        auto big = backend::cuda::plan_exl3_routed(m.device(), gx, nm, D, int(S), K);
+        ASSERT_TRUE(big) << big.status().to_string();
+        auto one = backend::cuda::plan_exl3_routed(m.device(), gx, nm, D, 1, K);
+        ASSERT_TRUE(one) << one.status().to_string();
+        ASSERT_LE(one->workspace_bytes, big->workspace_bytes);
+        engine::gpu::dtemp ws = m.temp(big->workspace_bytes), acc = m.temp_f32(S * D), acc2 = m.temp_f32(S * D);
+        ASSERT_EQ(cudaMemsetAsync(ws.as<void>(), 0, ws.bytes(), m.stream()), cudaSuccess);
+        auto xd = m.upload(x.data(), x.size() * sizeof(float));
+        ASSERT_TRUE(xd) << xd.status().to_string();
+        const float *xdev = static_cast<const float *>(xd.value());
+        engine::gpu::dtemp ids_d = m.temp(size_t(S * K) * sizeof(int32_t)), wts_d = m.temp_f32(S * K);
+        std::vector<int32_t> ids;
+        std::vector<float> wts;
+        auto set_routes = [&](int shift) {
+            make_routes(shift, &ids, &wts);
+            ASSERT_EQ(cudaMemcpyAsync(ids_d.as<void>(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice, m.stream()), cudaSuccess);
+            ASSERT_EQ(cudaMemcpyAsync(wts_d.as<void>(), wts.data(), wts.size() * 4, cudaMemcpyHostToDevice, m.stream()), cudaSuccess);
+            ASSERT_EQ(cudaStreamSynchronize(m.stream()), cudaSuccess);
+        };
+        auto device_run = [&](const backend::cuda::exl3_routed_plan &p, float *out) {
+            return backend::cuda::run_exl3_routed(p, xdev, ids_d.as<int32_t>(), wts_d.f(), out, ws.as<void>(), m.stream());
+        };
+        Status st;
+        auto download = [&](const engine::gpu::dtemp &t) {
+            std::vector<float> v = m.download_f32(t.f(), S * D, &st);
+            EXPECT_TRUE(st) << st.to_string();
+            return v;
+        };
+
+        set_routes(0);
+        if (HasFatalFailure()) return;
+        ASSERT_EQ(cudaMemsetAsync(acc.as<void>(), 0xff, acc.bytes(), m.stream()), cudaSuccess);  // NaN
+        st = device_run(big.value(), acc.f());
+        ASSERT_TRUE(st) << st.to_string();
+        const std::vector<float> got = download(acc);
+        ASSERT_TRUE(backend::cuda::exl3_routed_error(big.value(), ws.as<void>(), m.stream()));
+        const backend::cpu::route_table rt = table_of(ids, wts, S);
+        std::vector<float> ref(static_cast<size_t>(S * D));
+        ASSERT_TRUE(backend::cpu::routed_expert_sum(nm, cx, x.data(), D, rt, ref.data()));
+        std::vector<engine::gpu::dtemp> held;
+        auto scratch = [&](size_t bytes) -> Result<void *> {
+            held.push_back(m.temp(bytes));
+            return held.back().as<void>();
+        };
+        st = backend::cuda::exl3_routed_sum(m.device(), gx, nm, xdev, D, rt, acc2.f(), scratch, m.stream());
+        ASSERT_TRUE(st) << st.to_string();
+        const std::vector<float> host_routed = download(acc2);
+        const double to_cpu = rel(got, ref, got.size()), to_host = rel(got, host_routed, got.size());
+        std::printf("[ gpu exl3 ] device-routed sum, %s, 16 rows: ||dev - cpu|| / ||cpu|| = %.3g, "
+                    "||dev - host-routed|| / ||host-routed|| = %.3g\n", what, to_cpu, to_host);
+        EXPECT_LE(to_cpu, official ? 1e-2 : 1e-4);
+        EXPECT_LE(to_host, official ? 1e-2 : 1e-5);
+
+        // Captured once, replayed with other routes: the eager run's bits.
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        ASSERT_EQ(cudaStreamBeginCapture(m.stream(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+        st = device_run(big.value(), acc2.f());
+        ASSERT_EQ(cudaStreamEndCapture(m.stream(), &graph), cudaSuccess);
+        ASSERT_TRUE(st) << st.to_string();
+        ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+        for (int shift : {1, 4}) {
+            set_routes(shift);
+            if (HasFatalFailure()) return;
+            ASSERT_EQ(cudaGraphLaunch(exec, m.stream()), cudaSuccess);
+            const std::vector<float> replayed = download(acc2);
+            ASSERT_TRUE(device_run(big.value(), acc.f()));
+            const std::vector<float> eager = download(acc);
+            EXPECT_EQ(0, std::memcmp(replayed.data(), eager.data(), eager.size() * 4)) << what << " shift " << shift;
+            std::vector<float> r2(static_cast<size_t>(S * D));
+            ASSERT_TRUE(backend::cpu::routed_expert_sum(nm, cx, x.data(), D, table_of(ids, wts, S), r2.data()));
+            EXPECT_LE(rel(replayed, r2, r2.size()), official ? 1e-2 : 1e-4) << what << " shift " << shift;
+        }
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+
+        // Row 0 alone, in the 16-row plan's workspace.
+        st = device_run(one.value(), acc.f());
+        ASSERT_TRUE(st) << st.to_string();
+        const std::vector<float> alone = download(acc);
+        std::vector<float> r1(static_cast<size_t>(D));
+        ASSERT_TRUE(backend::cpu::routed_expert_sum(nm, cx, x.data(), D, table_of(ids, wts, 1), r1.data()));
+        EXPECT_LE(rel(alone, r1, size_t(D)), official ? 1e-2 : 1e-4) << what << " one row";
+
+        // An expert not held (its w1 gone from a new plan's table): named by the check, and its
+        // routes add nothing.
+        gx[3].w1.trellis = nullptr;
+        auto missing = backend::cuda::plan_exl3_routed(m.device(), gx, nm, D, int(S), K);
+        ASSERT_TRUE(missing) << missing.status().to_string();
+        ASSERT_TRUE(device_run(missing.value(), acc.f()));
+        st = backend::cuda::exl3_routed_error(missing.value(), ws.as<void>(), m.stream());
+        EXPECT_FALSE(st);
+        EXPECT_NE(st.to_string().find("expert 3"), std::string::npos) << st.to_string();
+        EXPECT_TRUE(backend::cuda::exl3_routed_error(missing.value(), ws.as<void>(), m.stream()));  // cleared
     }
     fs::remove_all(dir);
 }

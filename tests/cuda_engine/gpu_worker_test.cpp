@@ -41,6 +41,7 @@
 #include "quantized_model.h"
 #include "tie_free_prompt.h"
 #include "tiny_synth.h"
+#include "two_gpu_plan.h"
 
 namespace ds41rt {
 namespace {
@@ -67,6 +68,47 @@ dist::Plan make_plan(const std::vector<int> &ports, int tp, const std::string &f
     return p;
 }
 
+// Expert workers serving in this process over loopback TCP, one per rank of make_plan(their
+// ports, TP = their count, format), until destroyed. Declared before the engine that uses them,
+// so that the engine's connections close before the workers stop.
+class served_workers {
+public:
+    static Result<std::unique_ptr<served_workers>> start(const std::string &dir, int n, const std::string &format,
+                                                         int device, dist::Plan *plan) {
+        std::unique_ptr<served_workers> s(new served_workers);
+        std::vector<std::unique_ptr<dist::tcp_listener>> ls;
+        std::vector<int> ports;
+        for (int i = 0; i < n; i++) {
+            auto l = dist::tcp_listener::listen("127.0.0.1:0");
+            if (!l) return l.status();
+            ports.push_back((*l)->port());
+            ls.push_back(std::move(l.value()));
+        }
+        *plan = make_plan(ports, n, format);
+        for (int r = 0; r < n; r++) {
+            auto w = dist::expert_worker::load(dir, *plan, r, device);
+            if (!w) return w.status();
+            s->threads_.emplace_back(
+                [w = std::move(w.value()), l = std::move(ls[size_t(r)]), &stop = s->stop_]() mutable {
+                    Status st = w->serve(*l, stop);
+                    EXPECT_TRUE(st) << st.to_string();
+                });
+        }
+        return s;
+    }
+    ~served_workers() {
+        stop_ = true;
+        for (auto &t : threads_) t.join();
+    }
+    served_workers(const served_workers &) = delete;
+    served_workers &operator=(const served_workers &) = delete;
+
+private:
+    served_workers() = default;
+    std::atomic<bool> stop_{false};
+    std::vector<std::thread> threads_;
+};
+
 class GpuWorker : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
@@ -85,15 +127,6 @@ protected:
     static fs::path dir_;
 };
 fs::path GpuWorker::dir_;
-
-double rel_max(const std::vector<float> &a, const std::vector<float> &b) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); i++) {
-        num = std::max(num, double(std::fabs(a[i] - b[i])));
-        den = std::max(den, double(std::fabs(a[i])));
-    }
-    return num / den;
-}
 
 TEST_F(GpuWorker, PartialsMatchTheCpuWorker) {
     for (int tp : {2, 3}) {
@@ -141,44 +174,17 @@ TEST_F(GpuWorker, PartialsMatchTheCpuWorker) {
 }
 
 TEST_F(GpuWorker, CoordinatorWithTwoGpuWorkersMatchesSingleProcess) {
-    std::vector<std::unique_ptr<dist::tcp_listener>> ls;
-    std::vector<int> ports;
-    for (int i = 0; i < 2; i++) {
-        auto l = dist::tcp_listener::listen("127.0.0.1:0");
-        ASSERT_TRUE(l) << l.status().to_string();
-        ports.push_back((*l)->port());
-        ls.push_back(std::move(l.value()));
-    }
-    dist::Plan plan = make_plan(ports, 2);
-    std::atomic<bool> stop{false};
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; r++) {
-        auto w = dist::expert_worker::load(dir_.string(), plan, r, 0);
-        ASSERT_TRUE(w) << w.status().to_string();
-        threads.emplace_back([w = std::move(w.value()), l = std::move(ls[size_t(r)]), &stop]() mutable {
-            Status st = w->serve(*l, stop);
-            EXPECT_TRUE(st) << st.to_string();
-        });
-    }
+    dist::Plan plan;
+    auto workers = served_workers::start(dir_.string(), 2, "official", 0, &plan);
+    ASSERT_TRUE(workers) << workers.status().to_string();
     auto run = [&](const dist::Plan *p, engine::backend_kind be, std::vector<float> *all, std::vector<int32_t> *greedy) {
         engine::engine_options o;
         o.backend = be;
         if (p) o.remote = experts::layout_from_plan(*p, 5000, 1000);
         auto e = engine::engine::open(dir_.string(), o);
         ASSERT_TRUE(e) << e.status().to_string();
-        engine::seq_id s = (*e)->create_sequence();
-        std::vector<int32_t> tokens = {0, 17, 300, 42, 5, 511, 77, 9, 123, 64};
-        for (int step = 0; step <= 4; step++) {
-            std::vector<Tensor> logits;
-            Status st = (*e)->step({{s, tokens}}, &logits);
-            ASSERT_TRUE(st) << st.to_string();
-            const Tensor &l = logits[0];
-            all->insert(all->end(), l.f(), l.f() + l.numel());
-            const int64_t V = l.dim(1);
-            const float *last = l.f() + (l.dim(0) - 1) * V;
-            tokens = {int32_t(std::max_element(last, last + V) - last)};
-            greedy->push_back(tokens[0]);
-        }
+        Status st = run_greedy(**e, 5, all, greedy);
+        ASSERT_TRUE(st) << st.to_string();
     };
     // The CPU engine and the GPU engine as coordinators, each against its own single-process run.
     const engine::backend_kind kinds[] = {engine::backend_kind::CPU, engine::backend_kind::CUDA};
@@ -188,8 +194,6 @@ TEST_F(GpuWorker, CoordinatorWithTwoGpuWorkersMatchesSingleProcess) {
         run(nullptr, kinds[k], &a[k], &ga[k]);
         run(&plan, kinds[k], &b[k], &gb[k]);
     }
-    stop = true;
-    for (auto &t : threads) t.join();
     for (int k = 0; k < 2; k++) {
         ASSERT_EQ(a[k].size(), b[k].size());
         const double e = rel_max(a[k], b[k]);
@@ -288,49 +292,24 @@ TEST_F(GpuWorkerNvfp4, CpuCoordinatorWithThreeGpuWorkersMatchesThreeCpuWorkers) 
     std::vector<float> logits[2];
     std::vector<int32_t> greedy[2];
     for (int dev : {-1, 0}) {
-        std::vector<std::unique_ptr<dist::tcp_listener>> ls;
-        std::vector<int> ports;
-        for (int i = 0; i < 3; i++) {
-            auto l = dist::tcp_listener::listen("127.0.0.1:0");
-            ASSERT_TRUE(l) << l.status().to_string();
-            ports.push_back((*l)->port());
-            ls.push_back(std::move(l.value()));
-        }
-        dist::Plan plan = make_plan(ports, 3, "nvfp4");
-        std::atomic<bool> stop{false};
-        std::vector<std::thread> threads;
-        for (int r = 0; r < 3; r++) {
-            auto w = dist::expert_worker::load(dir_.string(), plan, r, dev);
-            ASSERT_TRUE(w) << w.status().to_string();
-            threads.emplace_back([w = std::move(w.value()), l = std::move(ls[size_t(r)]), &stop]() mutable {
-                Status st = w->serve(*l, stop);
-                EXPECT_TRUE(st) << st.to_string();
-            });
-        }
+        dist::Plan plan;
+        auto workers = served_workers::start(dir_.string(), 3, "nvfp4", dev, &plan);
+        ASSERT_TRUE(workers) << workers.status().to_string();
         engine::engine_options o;
         o.mode = engine::numerics::OFFICIAL;
         o.backend = engine::backend_kind::CPU;
         o.remote = experts::layout_from_plan(plan, 5000, 1000);
-        {
-            auto e = engine::engine::open(dir_.string(), o);
-            ASSERT_TRUE(e) << e.status().to_string();
-            engine::seq_id s = (*e)->create_sequence();
-            std::vector<int32_t> tokens = {0, 17, 300, 42, 5, 511, 77, 9, 123, 64};
-            for (int step = 0; step < 8; step++) {
-                std::vector<Tensor> out;
-                Status st = (*e)->step({{s, tokens}}, &out);
-                ASSERT_TRUE(st) << st.to_string();
-                const Tensor &l = out[0];
-                const int64_t V = l.dim(1);
-                const float *last = l.f() + (l.dim(0) - 1) * V;
-                for (int64_t i = 0; i < V; i++) ASSERT_TRUE(std::isfinite(last[i]));
-                logits[dev + 1].insert(logits[dev + 1].end(), last, last + V);
-                tokens = {int32_t(std::max_element(last, last + V) - last)};
-                greedy[dev + 1].push_back(tokens[0]);
-            }
-        }
-        stop = true;
-        for (auto &t : threads) t.join();
+        auto e = engine::engine::open(dir_.string(), o);
+        ASSERT_TRUE(e) << e.status().to_string();
+        const int steps = 8;
+        std::vector<float> all;
+        Status st = run_greedy(**e, steps, &all, &greedy[dev + 1]);
+        ASSERT_TRUE(st) << st.to_string();
+        // The rows the greedy tokens came from (the prompt's last, then one a decode step): the
+        // run's last `steps`.
+        const int64_t V = (*e)->config().vocab_size;
+        logits[dev + 1].assign(all.end() - steps * V, all.end());
+        for (float v : logits[dev + 1]) ASSERT_TRUE(std::isfinite(v));
     }
     int same = 0;
     while (same < int(greedy[0].size()) && greedy[0][size_t(same)] == greedy[1][size_t(same)]) same++;
@@ -409,67 +388,34 @@ TEST_F(GpuWorkerExl3, PartialsMatchTheCpuWorker) {
 }
 
 TEST_F(GpuWorkerExl3, CpuCoordinatorWithTwoGpuWorkersMatchesTwoCpuWorkers) {
-    std::vector<Tensor> logits[2];
+    std::vector<float> logits[2];
     std::vector<int32_t> greedy[2];
+    int64_t V = 0;
     for (int dev : {-1, 0}) {
-        std::vector<std::unique_ptr<dist::tcp_listener>> ls;
-        std::vector<int> ports;
-        for (int i = 0; i < 2; i++) {
-            auto l = dist::tcp_listener::listen("127.0.0.1:0");
-            ASSERT_TRUE(l) << l.status().to_string();
-            ports.push_back((*l)->port());
-            ls.push_back(std::move(l.value()));
-        }
-        dist::Plan plan = make_plan(ports, 2, "exl3");
-        std::atomic<bool> stop{false};
-        std::vector<std::thread> threads;
-        for (int r = 0; r < 2; r++) {
-            auto w = dist::expert_worker::load(dir_.string(), plan, r, dev);
-            ASSERT_TRUE(w) << w.status().to_string();
-            threads.emplace_back([w = std::move(w.value()), l = std::move(ls[size_t(r)]), &stop]() mutable {
-                Status st = w->serve(*l, stop);
-                EXPECT_TRUE(st) << st.to_string();
-            });
-        }
+        dist::Plan plan;
+        auto workers = served_workers::start(dir_.string(), 2, "exl3", dev, &plan);
+        ASSERT_TRUE(workers) << workers.status().to_string();
         engine::engine_options o;
         o.mode = engine::numerics::TRANSFORMERS;
         o.backend = engine::backend_kind::CPU;
         o.remote = experts::layout_from_plan(plan, 10000, 1000);
-        {
-            auto e = engine::engine::open(dir_.string(), o);
-            ASSERT_TRUE(e) << e.status().to_string();
-            engine::seq_id s = (*e)->create_sequence();
-            std::vector<int32_t> tokens = TIE_FREE_PROMPT;
-            for (int step = 0; step < 6; step++) {
-                std::vector<Tensor> out;
-                Status st = (*e)->step({{s, tokens}}, &out);
-                ASSERT_TRUE(st) << st.to_string();
-                const Tensor &l = out[0];
-                const int64_t V = l.dim(1);
-                const float *last = l.f() + (l.dim(0) - 1) * V;
-                tokens = {int32_t(std::max_element(last, last + V) - last)};
-                greedy[dev + 1].push_back(tokens[0]);
-                logits[dev + 1].push_back(l);
-            }
-        }
-        stop = true;
-        for (auto &t : threads) t.join();
+        auto e = engine::engine::open(dir_.string(), o);
+        ASSERT_TRUE(e) << e.status().to_string();
+        V = (*e)->config().vocab_size;
+        Status st = run_greedy(**e, 6, &logits[dev + 1], &greedy[dev + 1], TIE_FREE_PROMPT);
+        ASSERT_TRUE(st) << st.to_string();
     }
-    // Per position ||g - c|| / ||c||.
+    // Per position ||g - c|| / ||c|| (row t of the run is position t of the sequence).
+    ASSERT_EQ(logits[0].size(), logits[1].size());
     double worst = 0;
-    for (size_t k = 0; k < logits[0].size(); k++) {
-        const Tensor &c = logits[0][k], &g = logits[1][k];
-        ASSERT_EQ(c.numel(), g.numel());
-        const int64_t V = c.dim(1);
-        for (int64_t t = 0; t < c.dim(0); t++) {
-            double num = 0, den = 0;
-            for (int64_t i = 0; i < V; i++) {
-                const float cv = c.f()[t * V + i], gv = g.f()[t * V + i];
-                ASSERT_TRUE(std::isfinite(gv)) << "step " << k << " position " << t;
-                num += double(gv - cv) * double(gv - cv), den += double(cv) * cv;
-            }
-            worst = std::max(worst, std::sqrt(num / den));
+    for (size_t t = 0; t < logits[0].size() / size_t(V); t++) {
+        const float *c = logits[0].data() + t * size_t(V), *g = logits[1].data() + t * size_t(V);
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < V; i++) {
+            ASSERT_TRUE(std::isfinite(g[i])) << "position " << t;
+            num += double(g[i] - c[i]) * double(g[i] - c[i]), den += double(c[i]) * c[i];
         }
+        worst = std::max(worst, std::sqrt(num / den));
     }
     std::printf("[ gpu worker ] EXL3, CPU coordinator (transformers) + 2 GPU workers vs + 2 CPU workers: worst position "
                 "||dlogit|| / ||logit|| = %.3g; greedy %s\n",

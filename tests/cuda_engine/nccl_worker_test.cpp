@@ -46,6 +46,7 @@
 #include "quantized_model.h"
 #include "tie_free_prompt.h"
 #include "tiny_synth.h"
+#include "two_gpu_plan.h"
 
 namespace ds41rt {
 namespace {
@@ -61,15 +62,6 @@ std::string worker_binary() {
 int free_port() {
     auto l = dist::tcp_listener::listen("127.0.0.1:0");
     return l ? (*l)->port() : 0;
-}
-
-double rel_max(const std::vector<float> &a, const std::vector<float> &b) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); i++) {
-        num = std::max(num, double(std::fabs(a[i] - b[i])));
-        den = std::max(den, double(std::fabs(a[i])));
-    }
-    return num / den;
 }
 
 class NcclWorkers : public ::testing::Test {
@@ -161,23 +153,7 @@ protected:
         return engine::engine::open(dir_.string(), o);
     }
 
-    // Prompt, then 4 greedy steps; every step's logits appended.
     void stalled_and_killed_workers_fail_cleanly_and_service_resumes();
-    static Status run(engine::engine &e, std::vector<float> *all, std::vector<int32_t> *greedy) {
-        engine::seq_id s = e.create_sequence();
-        std::vector<int32_t> tokens = {0, 17, 300, 42, 5, 511, 77, 9, 123, 64};
-        for (int step = 0; step <= 4; step++) {
-            std::vector<Tensor> logits;
-            DS41RT_RETURN_IF_ERROR(e.step({{s, tokens}}, &logits));
-            const Tensor &l = logits[0];
-            all->insert(all->end(), l.f(), l.f() + l.numel());
-            const int64_t V = l.dim(1);
-            const float *last = l.f() + (l.dim(0) - 1) * V;
-            tokens = {int32_t(std::max_element(last, last + V) - last)};
-            greedy->push_back(tokens[0]);
-        }
-        return Status::ok();
-    }
 
     static fs::path dir_;
     static std::string format_;  // the routed experts' format of the model in dir_
@@ -195,13 +171,13 @@ TEST_F(NcclWorkers, LogitsMatchTheSingleGpuRun) {
     {
         auto e = open(false, 0);
         ASSERT_TRUE(e) << e.status().to_string();
-        Status st = run(**e, &a, &ga);
+        Status st = run_greedy(**e, 5, &a, &ga);
         ASSERT_TRUE(st) << st.to_string();
     }
     auto e = open(true, 10000);
     ASSERT_TRUE(e) << e.status().to_string();
     const auto t0 = clk::now();
-    Status st = run(**e, &b, &gb);
+    Status st = run_greedy(**e, 5, &b, &gb);
     ASSERT_TRUE(st) << st.to_string() << "; worker logs " << log(0) << ", " << log(1);
     const double secs = std::chrono::duration<double>(clk::now() - t0).count();
     ASSERT_EQ(a.size(), b.size());
@@ -215,7 +191,7 @@ TEST_F(NcclWorkers, LogitsMatchTheSingleGpuRun) {
     std::vector<float> c;
     std::vector<int32_t> gc;
     const auto t1 = clk::now();
-    st = run(**e, &c, &gc);
+    st = run_greedy(**e, 5, &c, &gc);
     ASSERT_TRUE(st) << st.to_string();
     std::printf("[ nccl worker ] 5 steps on live links (10 remote layers each): %.2f ms (info)\n",
                 std::chrono::duration<double, std::milli>(clk::now() - t1).count());
@@ -231,17 +207,17 @@ TEST_F(NcclWorkers, GraphedStepsEqualEagerSteps) {
     ASSERT_TRUE(e) << e.status().to_string();
     std::vector<float> graphed, eager;
     std::vector<int32_t> gg, ge;
-    Status st = run(**e, &graphed, &gg);
+    Status st = run_greedy(**e, 5, &graphed, &gg);
     ASSERT_TRUE(st) << st.to_string();
     std::vector<float> again;
     std::vector<int32_t> ga;
     const auto t0 = clk::now();
-    st = run(**e, &again, &ga);  // every decode step of this run replays graphs
+    st = run_greedy(**e, 5, &again, &ga);  // every decode step of this run replays graphs
     ASSERT_TRUE(st) << st.to_string();
     const double graphed_ms = std::chrono::duration<double, std::milli>(clk::now() - t0).count();
     (*e)->set_cuda_graphs(false);
     const auto t1 = clk::now();
-    st = run(**e, &eager, &ge);
+    st = run_greedy(**e, 5, &eager, &ge);
     ASSERT_TRUE(st) << st.to_string();
     const double eager_ms = std::chrono::duration<double, std::milli>(clk::now() - t1).count();
     ASSERT_EQ(graphed.size(), eager.size());
@@ -262,7 +238,7 @@ void NcclWorkers::stalled_and_killed_workers_fail_cleanly_and_service_resumes() 
     {
         auto e = open(false, 0);
         ASSERT_TRUE(e) << e.status().to_string();
-        ASSERT_TRUE(run(**e, &ref, &gref));
+        ASSERT_TRUE(run_greedy(**e, 5, &ref, &gref));
     }
     const int timeout_ms = 3000;
     auto e = open(true, timeout_ms);
@@ -270,7 +246,7 @@ void NcclWorkers::stalled_and_killed_workers_fail_cleanly_and_service_resumes() 
     {  // links up
         std::vector<float> l;
         std::vector<int32_t> g;
-        Status st = run(**e, &l, &g);
+        Status st = run_greedy(**e, 5, &l, &g);
         ASSERT_TRUE(st) << st.to_string();
     }
     auto one_step = [&](Status *st, double *secs) {
@@ -312,7 +288,7 @@ void NcclWorkers::stalled_and_killed_workers_fail_cleanly_and_service_resumes() 
     {
         std::vector<float> l;  // re-link both workers first
         std::vector<int32_t> g;
-        Status ok = run(**e, &l, &g);
+        Status ok = run_greedy(**e, 5, &l, &g);
         ASSERT_TRUE(ok) << ok.to_string() << log_tail(0) << log_tail(1);
     }
     warm();
@@ -342,7 +318,7 @@ void NcclWorkers::stalled_and_killed_workers_fail_cleanly_and_service_resumes() 
     ASSERT_TRUE(wait_ready(0)) << log(0);
     std::vector<float> after;
     std::vector<int32_t> gafter;
-    st = run(**e, &after, &gafter);
+    st = run_greedy(**e, 5, &after, &gafter);
     ASSERT_TRUE(st) << st.to_string() << log_tail(0) << log_tail(1);
     ASSERT_EQ(after.size(), ref.size());
     const double err = rel_max(ref, after);
@@ -446,19 +422,8 @@ TEST_F(NcclWorkersExl3, LogitsMatchTheSingleGpuRun) {
     for (int remote = 0; remote < 2; remote++) {
         auto e = open(remote == 1, 10000);
         ASSERT_TRUE(e) << e.status().to_string();
-        engine::seq_id s = (*e)->create_sequence();
-        std::vector<int32_t> tokens = TIE_FREE_PROMPT;
-        for (int step = 0; step < 6; step++) {
-            std::vector<Tensor> out;
-            Status st = (*e)->step({{s, tokens}}, &out);
-            ASSERT_TRUE(st) << st.to_string() << log_tail(0) << log_tail(1);
-            const Tensor &l = out[0];
-            logits[remote].insert(logits[remote].end(), l.f(), l.f() + l.numel());
-            const int64_t V = l.dim(1);
-            const float *last = l.f() + (l.dim(0) - 1) * V;
-            tokens = {int32_t(std::max_element(last, last + V) - last)};
-            greedy[remote].push_back(tokens[0]);
-        }
+        Status st = run_greedy(**e, 6, &logits[remote], &greedy[remote], TIE_FREE_PROMPT);
+        ASSERT_TRUE(st) << st.to_string() << log_tail(0) << log_tail(1);
     }
     ASSERT_EQ(logits[0].size(), logits[1].size());
     const double err = rel_max(logits[0], logits[1]);

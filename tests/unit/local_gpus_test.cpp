@@ -11,8 +11,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <cmath>
 #include <filesystem>
 
 #include "engine/engine.h"
@@ -35,8 +33,8 @@ TEST(local_gpus, second_gpu_layers_go_to_an_in_process_worker_and_match) {
     {
         auto e = engine::engine::open(dir.string(), {});
         ASSERT_TRUE(e) << e.status().to_string();
-        run_greedy(**e, 4, &ref, &gref);
-        if (HasFatalFailure()) return;
+        Status st = run_greedy(**e, 4, &ref, &gref);
+        ASSERT_TRUE(st) << st.to_string();
     }
     dist::Plan rewritten;
     std::vector<int> asked;  // the devices the loader was asked for
@@ -66,19 +64,15 @@ TEST(local_gpus, second_gpu_layers_go_to_an_in_process_worker_and_match) {
         o.remote = experts::layout_from_plan(rewritten, 10000, 1000);
         auto e = engine::engine::open(dir.string(), o);
         ASSERT_TRUE(e) << e.status().to_string();
-        run_greedy(**e, 4, &got, &ggot);
-        if (HasFatalFailure()) return;
+        Status st = run_greedy(**e, 4, &got, &ggot);
+        ASSERT_TRUE(st) << st.to_string();
     }
     ASSERT_EQ(got.size(), ref.size());
-    double num = 0, den = 0;
-    for (size_t i = 0; i < ref.size(); i++) {
-        num = std::max(num, double(std::fabs(got[i] - ref[i])));
-        den = std::max(den, double(std::fabs(ref[i])));
-    }
+    const double err = rel_max(ref, got);
     std::printf("[ local gpus ] CPU engine + in-process worker for GPU 1's layers vs alone: max |dlogit| / max |logit| = "
                 "%.3g\n",
-                num / den);
-    EXPECT_LE(num / den, 1e-6);
+                err);
+    EXPECT_LE(err, 1e-6);
     EXPECT_EQ(ggot, gref);
     workers->reset();  // stops and joins the worker
 
