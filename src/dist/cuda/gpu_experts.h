@@ -2,7 +2,7 @@
 // as the checkpoint stores them (each rank's rows of w1 / w3 and columns of w2, cut in the stored form),
 // run through the MoE decode kernels for each request: backend/cuda/moe_decode from host routes,
 // or backend/cuda/moe_routed from routes already on the GPU (the NCCL worker); EXL3 layers
-// through backend/cuda/exl3_moe from host routes.
+// through backend/cuda/exl3_moe from host routes and backend/cuda/exl3_routed from device routes.
 //
 // What crosses this boundary: slices in at load; per request host rows and routes in, the FP32
 // partial rows out, with the rounding points of backend/cpu routed_expert_sum, so a GPU worker
@@ -40,9 +40,9 @@ public:
     // width must be whole 32 channels (the W4A4 GEMV's K; V4.1's 2304 gives 1152 / 768 / 576 / 384
     // at TP 2 / 3 / 4 / 6): otherwise INVALID_ARGUMENT at load, not at the first request.
     Status add_nvfp4_layer(int layer, int64_t D, float swiglu_limit, std::vector<std::array<model::nvfp4_slice, 3>> experts);
-    // The same for EXL3 slices (trellis tiles with their suh / svh, 128-channel cuts): run from host
-    // routes through backend/cuda exl3_moe (the trellis decoded in the GEMV); run_routed brings
-    // the routes down first (one synchronisation).
+    // The same for EXL3 slices (trellis tiles with their suh / svh, 128-channel cuts): host routes
+    // through backend/cuda exl3_moe, device routes (run_routed) through backend/cuda exl3_routed;
+    // the trellis is decoded in the GEMV either way.
     Status add_exl3_layer(int layer, int64_t D, float swiglu_limit, std::vector<std::array<model::exl3_slice, 3>> experts);
     // The same from dummy weights (`--load-format dummy`): per expert the {w1, w2, w3} windows
     // (this rank's rows of w1 / w3, columns of w2) of the coordinator's dummy plan, filled here on
@@ -64,9 +64,9 @@ public:
                       const backend::cpu::route_table &rt, float *partial_dev);
     // The same from routes on this GPU (ids [rows, K] int32, -1 = no route, weights [rows, K]
     // fp32: the router's outputs as the NCCL worker receives them), stream-ordered after and
-    // before `stream`'s work, with no host synchronisation for MXFP4 / NVFP4 layers (EXL3: see
-    // add_exl3_layer) (backend/cuda moe_routed, whose output
-    // is bit-identical to run_device's for the same routes). A route naming an expert this slice
+    // before `stream`'s work, with no host synchronisation (backend/cuda moe_routed, whose output
+    // is bit-identical to run_device's for the same routes; EXL3: exl3_routed, equal to run_device's
+    // up to fp32 summation order). A route naming an expert this slice
     // lacks (or an expert repeated past the kernels' limit) sets *status_word (device memory) to
     // fail_value; routed_errors() names it afterwards.
     Status run_routed(int layer, const backend::cpu::expert_numerics &nm, const float *x_dev, const int32_t *ids_dev,
@@ -83,6 +83,10 @@ private:
     gpu_experts() = default;
     // bytes of host memory copied to a device block this object owns (counted in device_bytes).
     Result<const uint8_t *> upload(const void *host, size_t bytes);
+    // run_routed for an EXL3 layer.
+    Status run_routed_exl3(int layer, const backend::cpu::expert_numerics &nm, const float *x,
+                           const int32_t *ids, const float *weights, int64_t rows, int k, float *out,
+                           int32_t *status_word, int32_t fail_value, cudaStream_t stream);
     std::unique_ptr<impl> p_;
     size_t bytes_ = 0;
 };

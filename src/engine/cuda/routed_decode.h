@@ -7,6 +7,10 @@
 // capture finds them made. Chunks of one row count share a workspace (every local layer of a
 // model has the same expert shapes, so the same workspace layout).
 //
+// EXL3 layers (backend/cuda exl3_routed) likewise, for up to 16 rows: one workspace for every
+// row count and layer, sized by the first layer's 16-row plan (every row count's layout fits in
+// it, and its error word is at the same place).
+//
 // Threads: the engine's host thread.
 #pragma once
 
@@ -14,6 +18,7 @@
 #include <map>
 #include <utility>
 
+#include "backend/cuda/exl3_routed.cuh"
 #include "backend/cuda/moe_routed.cuh"
 #include "engine/cuda/device_model.h"
 
@@ -25,6 +30,10 @@ public:
     // [S, K] on the device (the router's output).
     Status run(const device_model &m, int layer, const backend::cuda::moe_layer &moe, const float *x,
                const int32_t *ids, const float *wts, int64_t S, int K, float *acc);
+    // The same for an EXL3 layer's experts (exl3_moe's form), S <= 16 rows.
+    Status run_exl3(const device_model &m, int layer, const std::vector<backend::cuda::exl3_expert_dev> &experts,
+                    const backend::cpu::expert_numerics &nm, const float *x, const int32_t *ids, const float *wts,
+                    int64_t S, int K, float *acc);
     // The routes a run (eager or replayed from a graph) could not serve (an expert not held
     // here, an expert routed more often than a chunk allows): reads and clears the workspaces'
     // error words. Synchronises; call after the step.
@@ -37,6 +46,9 @@ private:
     };
     std::map<std::pair<int, int>, backend::cuda::moe_routed_plan> plans_;  // by (layer, rows)
     std::map<int, workspace> ws_;                                         // by rows
+    std::map<std::pair<int, int>, backend::cuda::exl3_routed_plan> exl3_plans_;  // by (layer, rows)
+    dtemp exl3_ws_;
+    const backend::cuda::exl3_routed_plan *exl3_used_ = nullptr;  // any plan run: its error word's offset
 };
 
 }  // namespace ds41rt::engine::gpu

@@ -641,11 +641,8 @@ private:
     }
 
     // Whether a layer's MoE runs without the host at S rows (so it can be part of a graph):
-    // local experts at decode sizes (routed_decode reads the routes on the device); EXL3 layers
-    // plan on the host.
-    bool moe_on_device(const layer_dev &L, int64_t S) const {
-        return !L.remote && L.exl3.empty() && S <= cuda::MOE_MAX_ROWS;
-    }
+    // local experts at decode sizes (routed_decode reads the routes on the device).
+    bool moe_on_device(const layer_dev &L, int64_t S) const { return !L.remote && S <= cuda::MOE_MAX_ROWS; }
 
     Status moe(const layer_dev &L, int layer, const float *x, int64_t S, float *out) const {
         const int64_t D = c_.dim, K = c_.n_activated_experts;
@@ -661,16 +658,19 @@ private:
         // Routed experts: longer MXFP4 inputs (prefill) expert by expert (routed_prefill, routes
         // planned on the host); decode sizes, and NVFP4 layers at any size, from the routes on the
         // device in chunks of 16 rows, each selected expert read once a chunk, summed per row in
-        // increasing expert id. EXL3 layers: backend/cuda exl3_moe, from the routes on the host.
+        // increasing expert id. EXL3 layers: decode sizes from the routes on the device
+        // (exl3_routed), longer inputs through backend/cuda exl3_moe from the routes on the host.
         dtemp acc = m_->temp_f32(S * D);
-        if (!L.exl3.empty()) {  // EXL3: from the routes on the host at every size
+        backend::cpu::expert_numerics nm;
+        nm.official = official_;
+        nm.act_block = c_.fp8_block_in;
+        nm.swiglu_limit = c_.swiglu_limit;
+        nm.weight_after_w2 = L.moe.weight_after_w2;
+        if (!L.exl3.empty() && S <= cuda::MOE_MAX_ROWS) {
+            DS41RT_RETURN_IF_ERROR(routed_.run_exl3(*m_, layer, L.exl3, nm, x, ids.as<int32_t>(), wts.f(), S, int(K), acc.f()));
+        } else if (!L.exl3.empty()) {
             auto rt = routes_to_host(ids, wts, S);
             if (!rt) return rt.status();
-            backend::cpu::expert_numerics nm;
-            nm.official = official_;
-            nm.act_block = c_.fp8_block_in;
-            nm.swiglu_limit = c_.swiglu_limit;
-            nm.weight_after_w2 = L.moe.weight_after_w2;
             std::vector<dtemp> held;  // stream-ordered: freed after the work queued meanwhile
             auto scratch = [&](size_t bytes) -> Result<void *> {
                 held.push_back(m_->temp(bytes));
