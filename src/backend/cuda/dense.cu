@@ -188,22 +188,30 @@ __global__ void __launch_bounds__(WARPS * 32) dense_kernel(const float *__restri
 // dense_kernel, 10.7 us here (tests/cuda/dense_test.cpp). Roofline: bytes N * K * sizeof(w) (once;
 // x's M * K * 4 from L2, y's M * N * 4): 3.9 MB for the gate, ~1 us at the copy rate; FLOPs
 // 2 * M * N * K as fp32 FMA, a chain of K / 8 dependent FMAs per lane (~1.3 us at K = 5120). What
-// the other ~8 us are is not known yet (launch, the x loads from L2, one block's copy then sum).
-constexpr int NARROW_THREADS = 256, NARROW_MAX_M = 16;
-constexpr size_t NARROW_SMEM = 48 * 1024;  // the default dynamic limit: no opt-in needed
+// the other ~8 us were: each chunk's x loads from L2 waited for by the FMAs right after them, a
+// round trip per chunk (K / 64 of them per lane); now NARROW_G chunks' loads go out together.
+// XS: x's M rows are copied into shared memory behind the weight rows as well (when they fit in
+// NARROW_SMEM_X), so the sums read only shared memory.
+constexpr int NARROW_THREADS = 256, NARROW_MAX_M = 16, NARROW_G = 8;
+constexpr size_t NARROW_SMEM = 48 * 1024;     // weight rows per block
+constexpr size_t NARROW_SMEM_X = 100 * 1024;  // weight rows and x (an opt-in above 48 KB)
 
-template <bool BF16>
+__device__ __forceinline__ void copy_to_shared(uint8_t *dst, const uint8_t *src, size_t bytes) {
+    for (size_t i = threadIdx.x; i < bytes / 16; i += NARROW_THREADS) {
+        const unsigned d = unsigned(__cvta_generic_to_shared(dst + i * 16));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src + i * 16));
+    }
+}
+
+template <bool BF16, bool XS>
 __global__ void __launch_bounds__(NARROW_THREADS) dense_narrow_kernel(const float *__restrict__ x, const void *__restrict__ w,
                                                                        float *__restrict__ y, int M, int N, int K, int RB) {
     extern __shared__ __align__(16) uint8_t sw[];
     const int n0 = blockIdx.x * RB, rows = min(RB, N - n0);
     const size_t row_bytes = size_t(K) * (BF16 ? 2 : 4);
-    const uint8_t *src = static_cast<const uint8_t *>(w) + size_t(n0) * row_bytes;
-    const int pieces = int(size_t(rows) * row_bytes / 16);
-    for (int i = threadIdx.x; i < pieces; i += NARROW_THREADS) {
-        const unsigned d = unsigned(__cvta_generic_to_shared(sw + size_t(i) * 16));
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src + size_t(i) * 16));
-    }
+    copy_to_shared(sw, static_cast<const uint8_t *>(w) + size_t(n0) * row_bytes, size_t(rows) * row_bytes);
+    float *xsh = reinterpret_cast<float *>(sw + size_t(RB) * row_bytes);
+    if constexpr (XS) copy_to_shared(reinterpret_cast<uint8_t *>(xsh), reinterpret_cast<const uint8_t *>(x), size_t(M) * K * 4);
     asm volatile("cp.async.commit_group;");
     asm volatile("cp.async.wait_group 0;");
     __syncthreads();
@@ -216,24 +224,44 @@ __global__ void __launch_bounds__(NARROW_THREADS) dense_narrow_kernel(const floa
         const int m = live ? o / rows : 0, r = live ? o % rows : 0;
         float acc = 0.0f;
         if (live) {
-            const float *xr = x + size_t(m) * K;
+            const float *xr = (XS ? xsh : x) + size_t(m) * K;
             const uint8_t *wr = sw + size_t(r) * row_bytes;
-            for (int c = part; c < nchunks; c += PARTS) {
-                raw_chunk<BF16> raw;
-                if constexpr (BF16) {
-                    const uint4 v = *reinterpret_cast<const uint4 *>(wr + size_t(c) * CHUNK * 2);
-                    raw.u[0] = v.x, raw.u[1] = v.y, raw.u[2] = v.z, raw.u[3] = v.w;
-                } else {
-                    const float4 *q = reinterpret_cast<const float4 *>(wr + size_t(c) * CHUNK * 4);
-                    const float4 a = q[0], b = q[1];
-                    raw.f[0] = a.x, raw.f[1] = a.y, raw.f[2] = a.z, raw.f[3] = a.w;
-                    raw.f[4] = b.x, raw.f[5] = b.y, raw.f[6] = b.z, raw.f[7] = b.w;
-                }
-                float wf[CHUNK], xv[CHUNK];
-                to_float<BF16>(raw, wf);
-                load_x<true>(xr, int64_t(c) * CHUNK, K, xv);
+            // Without XS x comes from L2: NARROW_G chunks' loads go out together, then their FMAs
+            // in order (one L2 round trip per NARROW_G chunks instead of per chunk).
+            for (int c0 = part; c0 < nchunks; c0 += PARTS * NARROW_G) {
+                float xv[NARROW_G][CHUNK];
 #pragma unroll
-                for (int e = 0; e < CHUNK; e++) acc = fmaf(xv[e], wf[e], acc);
+                for (int j = 0; j < NARROW_G; j++) {
+                    const int c = c0 + j * PARTS;
+                    if (c >= nchunks) break;
+                    if constexpr (XS) {
+                        const float4 *q = reinterpret_cast<const float4 *>(xr + size_t(c) * CHUNK);
+                        const float4 a = q[0], b = q[1];
+                        xv[j][0] = a.x, xv[j][1] = a.y, xv[j][2] = a.z, xv[j][3] = a.w;
+                        xv[j][4] = b.x, xv[j][5] = b.y, xv[j][6] = b.z, xv[j][7] = b.w;
+                    } else {
+                        load_x<true>(xr, int64_t(c) * CHUNK, K, xv[j]);
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < NARROW_G; j++) {
+                    const int c = c0 + j * PARTS;
+                    if (c >= nchunks) break;
+                    raw_chunk<BF16> raw;
+                    if constexpr (BF16) {
+                        const uint4 v = *reinterpret_cast<const uint4 *>(wr + size_t(c) * CHUNK * 2);
+                        raw.u[0] = v.x, raw.u[1] = v.y, raw.u[2] = v.z, raw.u[3] = v.w;
+                    } else {
+                        const float4 *q = reinterpret_cast<const float4 *>(wr + size_t(c) * CHUNK * 4);
+                        const float4 a = q[0], b = q[1];
+                        raw.f[0] = a.x, raw.f[1] = a.y, raw.f[2] = a.z, raw.f[3] = a.w;
+                        raw.f[4] = b.x, raw.f[5] = b.y, raw.f[6] = b.z, raw.f[7] = b.w;
+                    }
+                    float wf[CHUNK];
+                    to_float<BF16>(raw, wf);
+#pragma unroll
+                    for (int e = 0; e < CHUNK; e++) acc = fmaf(xv[j][e], wf[e], acc);
+                }
             }
         }
         acc += __shfl_xor_sync(0xffffffffu, acc, 4);
@@ -288,11 +316,22 @@ Status dense_linear(const float *x, const void *w, bool w_bf16, float *y, int64_
         const int64_t fit = int64_t(NARROW_SMEM / row_bytes);
         const int rb = int(std::max<int64_t>(1, std::min<int64_t>(fit, (N + sms - 1) / sms)));
         const unsigned blocks = unsigned((N + rb - 1) / rb);
-        const size_t smem = size_t(rb) * row_bytes;
-        if (w_bf16)
-            dense_narrow_kernel<true><<<blocks, NARROW_THREADS, smem, stream>>>(x, w, y, int(M), int(N), int(K), rb);
-        else
-            dense_narrow_kernel<false><<<blocks, NARROW_THREADS, smem, stream>>>(x, w, y, int(M), int(N), int(K), rb);
+        const size_t smem = size_t(rb) * row_bytes, with_x = smem + size_t(M) * K * 4;
+        static const bool opted = [] {  // once per process: the XS instances may use NARROW_SMEM_X
+            for (auto *k : {dense_narrow_kernel<true, true>, dense_narrow_kernel<false, true>})
+                cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(NARROW_SMEM_X));
+            return true;
+        }();
+        if (opted && with_x <= NARROW_SMEM_X) {
+            if (w_bf16)
+                dense_narrow_kernel<true, true><<<blocks, NARROW_THREADS, with_x, stream>>>(x, w, y, int(M), int(N), int(K), rb);
+            else
+                dense_narrow_kernel<false, true><<<blocks, NARROW_THREADS, with_x, stream>>>(x, w, y, int(M), int(N), int(K), rb);
+        } else if (w_bf16) {
+            dense_narrow_kernel<true, false><<<blocks, NARROW_THREADS, smem, stream>>>(x, w, y, int(M), int(N), int(K), rb);
+        } else {
+            dense_narrow_kernel<false, false><<<blocks, NARROW_THREADS, smem, stream>>>(x, w, y, int(M), int(N), int(K), rb);
+        }
         DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
         return Status::ok();
     }

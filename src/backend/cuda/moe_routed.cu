@@ -186,9 +186,11 @@ __global__ void __launch_bounds__(GROUP_THREADS) moe_routed_group_kernel(const _
 }
 
 // Split (MXFP4) or quantize (NVFP4) slot row s for the up (x) or down (h) GEMV; thread tid of
-// nthreads (NVFP4: the whole block, tid = threadIdx.x).
+// nthreads (NVFP4: the whole block, tid = threadIdx.x). MXFP4 modes may take channels [c0, c1)
+// of the row only (c0 and c1 whole activation blocks, multiples of 4): the split is per block.
 template <int MODE>
-__device__ __forceinline__ void split_row(const routed_params &p, int s, bool down, int tid, int nthreads) {
+__device__ __forceinline__ void split_row(const routed_params &p, int s, bool down, int tid, int nthreads, int c0 = 0,
+                                          int c1 = -1) {
     const int Kd = down ? p.I : p.D, u = p.r.slot_u[s], m = p.r.slot_m[s];
     const float *src = down ? p.h + size_t(s) * p.I : p.x + size_t(p.r.slot_row[s]) * p.D;
     uint8_t *xs = down ? p.xs_down : p.xs_up;
@@ -200,10 +202,11 @@ __device__ __forceinline__ void split_row(const routed_params &p, int s, bool do
         Q.input_scale = down ? X.w2_input_scale : X.w13_input_scale, Q.M = 1, Q.K = Kd;
         nd::quant_x_row(Q, 0);
     } else {
+        if (c1 < 0) c1 = Kd;
         gd::split_job J;
-        J.x = src, J.M = 1, J.K = Kd, J.act_block = MODE == OFFICIAL ? p.act_block : 0;
-        J.xs = xs + size_t(s) * Kd * (MODE == OFFICIAL ? 1 : 4);
-        J.sx = MODE == OFFICIAL ? sx + size_t(u) * (Kd / p.act_block) * gd::SX_TOKENS + m : nullptr;
+        J.x = src + c0, J.M = 1, J.K = c1 - c0, J.act_block = MODE == OFFICIAL ? p.act_block : 0;
+        J.xs = xs + (size_t(s) * Kd + c0) * (MODE == OFFICIAL ? 1 : 4);
+        J.sx = MODE == OFFICIAL ? sx + (size_t(u) * (Kd / p.act_block) + c0 / p.act_block) * gd::SX_TOKENS + m : nullptr;
         gd::split_x_rows(J, tid, nthreads);
     }
 }
@@ -236,8 +239,14 @@ __device__ __forceinline__ bool locate(const routed_params &p, bool down, int it
     return true;
 }
 
+// At least 6 (NT 1) / 4 (NT 2) blocks per SM: ptxas then fits the item in 80 / 128 registers
+// (96 / 164 free-running) with 8 / 16 bytes of stack, and the extra resident warps hide more of
+// the weight stream's latency: H200, one V4.1 layer in official numerics, 105.1 -> 91.4 us at
+// B = 1 and 1102 -> 1051 us at B = 16 (7 blocks: 95.3 / 1067 us).
+constexpr int mxfp4_min_blocks(int nt) { return nt == 1 ? 6 : 4; }
 template <bool X8, int NT>
-__global__ void __launch_bounds__(WARPS * 32) moe_routed_mxfp4_kernel(const __grid_constant__ routed_params p, bool down) {
+__global__ void __launch_bounds__(WARPS * 32, mxfp4_min_blocks(NT))
+    moe_routed_mxfp4_kernel(const __grid_constant__ routed_params p, bool down) {
     matrix_ref m;
     if (!locate(p, down, blockIdx.x * WARPS + (threadIdx.x >> 5), m)) return;  // uniform across the warp
     const int ks = p.r.meta[down ? META_KS_DOWN : META_KS_UP], tiles = (m.N + 15) / 16;
@@ -283,18 +292,24 @@ __global__ void __launch_bounds__(WARPS * 32) moe_routed_nvfp4_kernel(const __gr
     nd::nvfp4_item<NT>(J, m.local);
 }
 
-// One slot row per block: h = SwiGLU(gate, up) [* weight], then h split for the down GEMV (the
-// block's own writes, visible to it after the barrier). Fused: one launch fewer per step.
+// Channels [chunk x, chunk (x + 1)) of slot row y per block: h = SwiGLU(gate, up) [* weight],
+// then that h split for the down GEMV (the block's own writes, visible to it after the barrier).
+// Fused: one launch fewer per step. MXFP4 modes take chunks of SWIGLU_CHUNK channels (whole
+// activation blocks: at decode one block per row left 6 blocks for the GPU, ~10 us); NVFP4's
+// quantization needs the whole row (chunk = I).
+constexpr int SWIGLU_CHUNK = 256;
 template <int MODE>
-__global__ void __launch_bounds__(256) moe_routed_swiglu_kernel(const __grid_constant__ routed_params p, bool weight_before) {
+__global__ void __launch_bounds__(256) moe_routed_swiglu_kernel(const __grid_constant__ routed_params p, bool weight_before,
+                                                                int chunk) {
     const int s = blockIdx.y;
     if (s >= p.r.meta[META_SLOTS]) return;  // uniform across the block
     const float w = weight_before ? p.r.slot_weight[s] : 0.0f;
     const size_t row = size_t(s) * p.I;
-    for (int i = threadIdx.x; i < p.I; i += blockDim.x)
+    const int c0 = blockIdx.x * chunk, c1 = min(p.I, c0 + chunk);
+    for (int i = c0 + threadIdx.x; i < c1; i += blockDim.x)
         p.h[row + i] = swiglu_h<MODE>(p.gate[row + i], p.up[row + i], p.limit, weight_before, w);
     __syncthreads();
-    split_row<MODE>(p, s, true, threadIdx.x, blockDim.x);
+    split_row<MODE>(p, s, true, threadIdx.x, blockDim.x, c0, c1);
 }
 
 template <bool OFFICIAL_OUT>
@@ -551,11 +566,13 @@ Status run_moe_routed(const moe_routed_plan &plan, const float *x, const int32_t
     gemv(false);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     static_assert(nd::QUANT_THREADS == 256, "the SwiGLU + split kernel quantizes NVFP4 rows with 256 threads");
-    const dim3 sgrid(1, unsigned(R));
+    static_assert(SWIGLU_CHUNK % 128 == 0, "a SwiGLU chunk must hold whole activation blocks (32 or 128)");
+    const int chunk = mode == NVFP4 ? plan.I : SWIGLU_CHUNK;
+    const dim3 sgrid(unsigned((plan.I + chunk - 1) / chunk), unsigned(R));
     const bool before = !plan.weight_after_w2;
-    if (mode == NVFP4) moe_routed_swiglu_kernel<NVFP4><<<sgrid, 256, 0, stream>>>(p, before);
-    else if (mode == OFFICIAL) moe_routed_swiglu_kernel<OFFICIAL><<<sgrid, 256, 0, stream>>>(p, before);
-    else moe_routed_swiglu_kernel<REFERENCE><<<sgrid, 256, 0, stream>>>(p, before);
+    if (mode == NVFP4) moe_routed_swiglu_kernel<NVFP4><<<sgrid, 256, 0, stream>>>(p, before, chunk);
+    else if (mode == OFFICIAL) moe_routed_swiglu_kernel<OFFICIAL><<<sgrid, 256, 0, stream>>>(p, before, chunk);
+    else moe_routed_swiglu_kernel<REFERENCE><<<sgrid, 256, 0, stream>>>(p, before, chunk);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     gemv(true);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());

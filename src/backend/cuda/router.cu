@@ -13,13 +13,14 @@
 // measured on glibc 2.36), so a score can differ from the host's by an ulp and a weight by a
 // few. Selection order among equal biased scores: lower id (torch's order for the host's
 // top_indices is not reproducible; equal fp32 scores do not occur with real logits).
-// One block of WARPS warps per token: all of them score the E logits into shared memory (the
-// fp64 exp / log1p chains are the kernel's latency: ~20 us a token when one warp scored all 384),
-// then warp 0 runs k rounds of a warp argmax. Hash routing:
+// One block per token, a thread per expert (at least WARPS warps): all of them score the E
+// logits into shared memory (the fp64 exp / log1p chains are the kernel's latency: ~20 us a
+// token when one warp scored all 384), then warp 0 runs k rounds of a warp argmax. Hash routing:
 // one thread per token, k logits read (S x k x 4 bytes: launch-bound).
 // Graph-replayable: yes. Test: tests/cuda/router_test.cpp, ids equal, weights within 4 ulp.
 #include "backend/cuda/router.cuh"
 
+#include <algorithm>
 #include <string>
 
 #include "backend/cuda/cuda_status.h"
@@ -144,7 +145,9 @@ Status route_topk(const float *logits, const float *bias, int64_t S, const route
     if (!logits || !bias || !ids || !weights) return Status::invalid_argument("route_topk: null logits, bias, ids or weights");
     if (S > 0x7fffffff) return Status::invalid_argument("route_topk: more than 2^31 tokens");
     const size_t smem = 2 * size_t(p.n_experts) * sizeof(float);  // <= 8 KB
-    route_kernel<<<unsigned(S), WARPS * 32, smem, stream>>>(logits, bias, S, p, ids, weights);
+    // One thread per expert (up to MAX_E): the fp64 chains, not the picks, set the time.
+    const unsigned threads = unsigned(std::max(WARPS * 32, (p.n_experts + 31) / 32 * 32));
+    route_kernel<<<unsigned(S), threads, smem, stream>>>(logits, bias, S, p, ids, weights);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }
