@@ -100,6 +100,13 @@ public:
     const model::model_config &config() const { return cfg_; }
     const backend::cuda::device_info &device() const { return dev_; }
     cudaStream_t stream() const { return stream_; }
+    // Sends the launches made through this model to s until set back (engine/cuda side_branch);
+    // returns the stream it replaces.
+    cudaStream_t set_stream(cudaStream_t s) const {
+        const cudaStream_t old = stream_;
+        stream_ = s;
+        return old;
+    }
     bool official() const { return official_; }
     bool is_dummy() const { return w_ == nullptr; }
 
@@ -218,7 +225,7 @@ private:
     std::unordered_map<std::string, size_t> by_name_;  // plan index by name
     uint64_t seed_ = 0;
     backend::cuda::device_info dev_;
-    cudaStream_t stream_ = nullptr;
+    mutable cudaStream_t stream_ = nullptr;
     bool official_ = false;
     std::vector<void *> blocks_;
     size_t resident_ = 0;

@@ -52,6 +52,7 @@
 #include "engine/cuda/device_model.h"
 #include "engine/cuda/key_lists.h"
 #include "engine/cuda/section_timer.h"
+#include "engine/cuda/side_branch.h"
 #include "engine/cuda/routed_decode.h"
 #include "engine/cuda/routed_prefill.h"
 #include "engine/cuda/step_bufs.h"
@@ -647,12 +648,23 @@ private:
     Status moe(const layer_dev &L, int layer, const float *x, int64_t S, float *out) const {
         const int64_t D = c_.dim, K = c_.n_activated_experts;
         begin("moe.router+shared");
+        // The shared expert on a side branch, beside the router and the routed experts, when
+        // nothing on the main side runs a GEMV meanwhile (they share the model's GEMV workspace):
+        // local experts at decode sizes and a dense gate. Profiled steps keep one stream (their
+        // sections are events on it).
+        const bool fork = !prof_.on() && moe_on_device(L, S) && L.gate_w.k == dlinear::kind::DENSE;
+        dtemp sh;
+        if (fork) {
+            sh = m_->temp_f32(S * D);
+            DS41RT_RETURN_IF_ERROR(side_.fork(*m_, [&] { return shared_expert(L, x, S, sh.f()); }));
+        }
         dtemp ids, wts;
         DS41RT_RETURN_IF_ERROR(route(L, x, S, &ids, &wts));
         if (L.remote) return moe_remote(L, layer, x, S, ids, wts, out);
-
-        dtemp sh = m_->temp_f32(S * D);
-        DS41RT_RETURN_IF_ERROR(shared_expert(L, x, S, sh.f()));
+        if (!fork) {
+            sh = m_->temp_f32(S * D);
+            DS41RT_RETURN_IF_ERROR(shared_expert(L, x, S, sh.f()));
+        }
         end();
         begin("moe.routed");
         // Routed experts: longer MXFP4 inputs (prefill) expert by expert (routed_prefill, routes
@@ -689,6 +701,7 @@ private:
                 routed_.run(*m_, layer, L.moe, x, ids.as<int32_t>(), wts.f(), S, int(K), acc.f()));
         }
         // The routed sum plus the shared expert, one rounding.
+        if (fork) DS41RT_RETURN_IF_ERROR(side_.join(*m_));
         DS41RT_RETURN_IF_ERROR(cuda::add_rows(acc.f(), sh.f(), out, S * D, official_, st()));
         end();
         return Status::ok();
@@ -850,6 +863,7 @@ private:
     std::unique_ptr<no_nccl> nccl_;  // never set: no NCCL in this build
 #endif
     mutable section_timer prof_;
+    mutable side_branch side_;  // the shared expert's branch (moe)
     mutable step_buckets buckets_;
     mutable routed_decode routed_;
 };

@@ -43,6 +43,7 @@
 #include "engine/cpu_engine.h"
 #include "engine/cuda/key_lists.h"
 #include "engine/cuda/section_timer.h"
+#include "engine/cuda/side_branch.h"
 #include "engine/cuda/routed_decode.h"
 #include "engine/cuda/routed_prefill.h"
 #include "engine/cuda/step_bufs.h"
@@ -541,6 +542,21 @@ private:
     // routed experts from those device routes in chunks of 16 rows (routed_decode).
     Status moe(const layer_dev &L, int layer, const float *x, const int32_t *tokens_d, int64_t S, float *out) const {
         const int64_t D = c_.dim, E = c_.n_routed_experts, K = c_.n_activated_experts;
+        // The shared expert's w1 / w3, SwiGLU and w2 into sh; on a side branch beside the router
+        // and the routed experts when nothing on the main side runs a GEMV meanwhile (they share
+        // the model's GEMV workspace): decode sizes and a dense gate, profiling off.
+        dtemp sh;
+        auto shared = [&]() -> Status {
+            const int64_t I = L.sw1.N;
+            dtemp g = m_->temp_f32(S * I), u = m_->temp_f32(S * I);
+            DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.sw1, x, g.f()}, {&L.sw3, x, u.f()}}, S, lin::FP8));
+            DS41RT_RETURN_IF_ERROR(cuda::swiglu_rows(g.f(), u.f(), nullptr, g.f(), S, I, c_.swiglu_limit, official_, st()));
+            return m_->run_linear(L.sw2, g.f(), sh.f(), S, lin::FP8);
+        };
+        const bool has_shared = c_.n_shared_experts > 0;
+        const bool fork = has_shared && !prof_.on() && moe_on_device(L, S) && L.gate_w.k == dlinear::kind::DENSE;
+        if (has_shared) sh = m_->temp_f32(S * D);
+        if (fork) DS41RT_RETURN_IF_ERROR(side_.fork(*m_, shared));
         begin("moe.router");
         dtemp logits = m_->temp_f32(S * E);
         DS41RT_RETURN_IF_ERROR(m_->run_linear(L.gate_w, x, logits.f(), S, lin::F32));
@@ -569,12 +585,9 @@ private:
         end();
         // The shared expert, then one rounding of the fp32 sum (OFFICIAL: bf16 MoE output).
         begin("moe.shared");
-        if (c_.n_shared_experts > 0) {
-            const int64_t I = L.sw1.N;
-            dtemp g = m_->temp_f32(S * I), u = m_->temp_f32(S * I), sh = m_->temp_f32(S * D);
-            DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.sw1, x, g.f()}, {&L.sw3, x, u.f()}}, S, lin::FP8));
-            DS41RT_RETURN_IF_ERROR(cuda::swiglu_rows(g.f(), u.f(), nullptr, g.f(), S, I, c_.swiglu_limit, official_, st()));
-            DS41RT_RETURN_IF_ERROR(m_->run_linear(L.sw2, g.f(), sh.f(), S, lin::FP8));
+        if (has_shared) {
+            if (fork) DS41RT_RETURN_IF_ERROR(side_.join(*m_));
+            else DS41RT_RETURN_IF_ERROR(shared());
             DS41RT_RETURN_IF_ERROR(cuda::add_rows(acc.f(), sh.f(), out, S * D, official_, st()));
         } else {
             DS41RT_CUDA_RETURN_IF_ERROR(
@@ -678,6 +691,7 @@ private:
     int n_pairs_ = 0;
     std::vector<layer_dev> layers_;
     mutable section_timer prof_;
+    mutable side_branch side_;  // the shared expert's branch (moe)
     mutable step_buckets buckets_;
     mutable routed_decode routed_;
 };
