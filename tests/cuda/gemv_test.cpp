@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <tuple>
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/elementwise.cuh"
@@ -318,6 +319,68 @@ TEST_F(CudaGemv, grid_stride_and_l2_hint_are_bit_identical) {
                 }
                 EXPECT_EQ(diff, 0u) << (fp4 ? "mxfp4" : "fp8") << " M" << M << " variant " << variant;
             }
+        }
+}
+
+// gemv_tuning::counters_reserve: plans of different layouts take turns in one workspace that was
+// zeroed once (the engine's GEMV workspace, no memset between launches); each run's bits equal a
+// run of the same plan in a fresh zeroed workspace, and its output is fully written.
+TEST_F(CudaGemv, counters_reserve_lets_plans_share_one_workspace) {
+    struct one {
+        int M, N, K;
+        testing_util::quant_weight q;
+        std::vector<float> x;
+        std::unique_ptr<dev_buf> w, sc, dx, dy;
+        cuda::gemv_plan plan;
+        std::vector<float> fresh;
+    };
+    std::vector<one> ps;
+    for (auto [M, N, K] : {std::tuple{1, 2048, 5120}, std::tuple{4, 512, 1024}, std::tuple{16, 4096, 2048}}) {
+        one o{M, N, K, testing_util::random_fp8_block(N, K, 32, 32, uint32_t(N + K)), testing_util::random_normal(size_t(M) * K, 3u)};
+        o.w = std::make_unique<dev_buf>(o.q.w.size()), o.sc = std::make_unique<dev_buf>(o.q.scale.size());
+        o.dx = std::make_unique<dev_buf>(o.x.size() * 4), o.dy = std::make_unique<dev_buf>(size_t(M) * N * 4);
+        cudaMemcpy(o.w->p, o.q.w.data(), o.q.w.size(), cudaMemcpyHostToDevice);
+        cudaMemcpy(o.sc->p, o.q.scale.data(), o.q.scale.size(), cudaMemcpyHostToDevice);
+        cudaMemcpy(o.dx->p, o.x.data(), o.x.size() * 4, cudaMemcpyHostToDevice);
+        cuda::gemv_matrix m;
+        m.w = o.w->as<uint8_t>(), m.scale = o.sc->as<uint8_t>();
+        m.N = N, m.K = K, m.M = M, m.x = o.dx->as<float>(), m.y = o.dy->as<float>(), m.act_block = 32;
+        cuda::gemv_tuning t;
+        t.counters_reserve = 64 * 1024;
+        auto plan = cuda::plan_gemv(dev_, {m}, t);
+        ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+        ASSERT_LE(plan->counters_bytes, t.counters_reserve);
+        ASSERT_GE(plan->x_offset[0], t.counters_reserve);
+        o.plan = plan.value();
+        ps.push_back(std::move(o));
+    }
+    ASSERT_GT(ps[0].plan.ksplit[0], 1) << "the first plan must use split-K counters";
+    auto run = [&](one &o, void *ws) {
+        cudaMemset(o.dy->p, 0xff, size_t(o.M) * o.N * 4);  // NaN poison
+        EXPECT_TRUE(cuda::run_gemv(o.plan, ws, 0).is_ok());
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        std::vector<float> got(size_t(o.M) * o.N);
+        cudaMemcpy(got.data(), o.dy->p, got.size() * 4, cudaMemcpyDeviceToHost);
+        return got;
+    };
+    size_t big = 0;
+    for (one &o : ps) {
+        dev_buf ws(o.plan.workspace_bytes);
+        cudaMemset(ws.p, 0, o.plan.workspace_bytes);
+        o.fresh = run(o, ws.p);
+        big = std::max(big, o.plan.workspace_bytes);
+    }
+    dev_buf shared(big);
+    cudaMemset(shared.p, 0, big);
+    for (int round = 0; round < 3; round++)
+        for (one &o : ps) {
+            const std::vector<float> got = run(o, shared.p);
+            size_t diff = 0;
+            for (size_t i = 0; i < got.size(); i++) {
+                ASSERT_TRUE(std::isfinite(got[i])) << "element " << i << " not written";
+                diff += std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(o.fresh[i]);
+            }
+            EXPECT_EQ(diff, 0u) << "M" << o.M << " N" << o.N << " K" << o.K << " round " << round;
         }
 }
 

@@ -215,8 +215,10 @@ Result<gemv_plan> plan_gemv(const device_info &dev, const std::vector<gemv_matri
         plan.ksplit.push_back(ks);
         ws.add(size_t(tiles_of(m)), ks, size_t(slot_floats));
     }
+    plan.counters_bytes = ws.counters_bytes();
+    const size_t x_begin = ws.x_begin() - ws.counters_bytes() + std::max(ws.counters_bytes(), splitk::align256(tuning.counters_reserve));
     plan.workspace_bytes = splitk::place_x(
-        plan.mats, ws.x_begin(), [](const gemv_matrix &a, const gemv_matrix &b) { return a.x == b.x; }, split_bytes,
+        plan.mats, x_begin, [](const gemv_matrix &a, const gemv_matrix &b) { return a.x == b.x; }, split_bytes,
         &plan.x_offset);
     return plan;
 }
@@ -228,7 +230,8 @@ Status run_gemv(const gemv_plan &plan, void *workspace, cudaStream_t stream) {
     splitk::workspace_layout layout;
     for (size_t i = 0; i < plan.mats.size(); i++) layout.add(size_t(tiles_of(plan.mats[i])), plan.ksplit[i], 0);
     unsigned *counters = reinterpret_cast<unsigned *>(ws);
-    float *partials = reinterpret_cast<float *>(ws + layout.counters_bytes());
+    float *partials =
+        reinterpret_cast<float *>(ws + std::max(layout.counters_bytes(), splitk::align256(plan.tuning.counters_reserve)));
     auto sx_of = [&](size_t i) {
         const gemv_matrix &m = plan.mats[i];
         return reinterpret_cast<float *>(ws + plan.x_offset[i] + align256(size_t(m.M) * m.K));

@@ -45,6 +45,11 @@ struct gemv_tuning {
                             // grid-stride (fewer, longer-lived warps), each prefetching its next
                             // item's head into L2; 0: one warp per item
     bool l2_hint = false;   // weight copies carry .L2::256B (L2 fetches the next 128-byte stage too)
+    // Bytes at the workspace start kept for the tile counters, the split-K partials and x after
+    // them: a caller that keeps one workspace for many plans zeroes that region once, and a plan
+    // whose counters fit in it (counters_bytes <= counters_reserve) needs no zeroing before it
+    // runs (the kernels leave their counters at zero, and no other plan writes there).
+    size_t counters_reserve = 0;
 };
 
 // The launch shape of one batch of matrices, computed on the host once per shape (a decode
@@ -56,6 +61,7 @@ struct gemv_plan {
     std::vector<gemv_matrix> mats;  // in launch order (grouped by format and numerics)
     std::vector<int> ksplit;       // K slices per 16-row tile, per matrix
     std::vector<size_t> x_offset;  // where each matrix's split x lives in the workspace
+    size_t counters_bytes = 0;     // the tile counters' bytes, from the workspace start
     size_t workspace_bytes = 0;
 };
 

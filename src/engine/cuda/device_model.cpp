@@ -22,6 +22,9 @@ namespace cuda = backend::cuda;
 namespace {
 
 constexpr int64_t GEMV_MAX_ROWS = 16;  // the decode GEMV's rows per launch
+// Tile counters kept zero at the start of the GEMV workspace: 16384 16-row tiles (a launch of
+// 24 V4.1 expert matrices has 3456, wq_b 2048).
+constexpr size_t GEMV_COUNTERS_RESERVE = 64 * 1024;
 
 // Prefill products on the tensor cores (run_linears) unless DS41RT_PREFILL_GEMM=0, which keeps
 // the 16-row GEMV pieces (for comparing the two).
@@ -591,7 +594,9 @@ Status device_model::run_gemv_pieces(const std::vector<cuda::gemv_matrix> &piece
     constexpr size_t MATS = 24;
     for (size_t j0 = 0; j0 < pieces.size(); j0 += MATS) {
         const std::vector<cuda::gemv_matrix> mats(pieces.begin() + j0, pieces.begin() + std::min(pieces.size(), j0 + MATS));
-        auto plan = cuda::plan_gemv(dev_, mats);
+        cuda::gemv_tuning tuning;
+        tuning.counters_reserve = GEMV_COUNTERS_RESERVE;
+        auto plan = cuda::plan_gemv(dev_, mats, tuning);
         if (!plan) return plan.status();
         if (gemv_ws_.bytes() < plan->workspace_bytes) {
             // Graphs captured earlier hold the old workspace: growing it while capturing would
@@ -603,8 +608,12 @@ Status device_model::run_gemv_pieces(const std::vector<cuda::gemv_matrix> &piece
                 return Status::internal("GEMV workspace must grow while a graph is being captured");
             gemv_ws_ = temp(plan->workspace_bytes * 2);
             ws_gen_++;
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(gemv_ws_.as<void>(), 0, GEMV_COUNTERS_RESERVE, stream_));
         }
-        DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(gemv_ws_.as<void>(), 0, plan->workspace_bytes, stream_));
+        // The counters' region stays zero between plans (gemv_tuning::counters_reserve); only a
+        // plan with more counters than it holds is zeroed first (a memset node fewer per GEMV).
+        if (plan->counters_bytes > GEMV_COUNTERS_RESERVE)
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(gemv_ws_.as<void>(), 0, plan->counters_bytes, stream_));
         DS41RT_RETURN_IF_ERROR(cuda::run_gemv(plan.value(), gemv_ws_.as<void>(), stream_));
     }
     return Status::ok();
