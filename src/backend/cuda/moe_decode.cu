@@ -91,6 +91,16 @@ __global__ void moe_decode_swiglu_kernel(const __grid_constant__ routing_params 
     }
 }
 
+// nvfp4_swiglu_rows: the same arithmetic with a weight per row of a plain [rows, I] layout.
+__global__ void nvfp4_swiglu_rows_kernel(const float *__restrict__ gate, const float *__restrict__ up,
+                                         const float *__restrict__ row_weight, float *__restrict__ h, int64_t rows,
+                                         int64_t inter, float limit) {
+    const size_t n = size_t(rows) * size_t(inter);
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+        h[i] = swiglu_h<NVFP4>(gate[i], up[i], limit, row_weight != nullptr,
+                               row_weight ? row_weight[i / size_t(inter)] : 0.0f);
+}
+
 template <bool OFFICIAL>
 __global__ void moe_decode_combine_kernel(const __grid_constant__ routing_params p,
                                           const float *__restrict__ ye,  // [R, D] w2 h, fp32
@@ -291,6 +301,16 @@ Status run_moe_decode(const moe_decode_plan &plan, void *workspace, cudaStream_t
         moe_decode_combine_kernel<true><<<cgrid, 256, 0, stream>>>(p, plan.buf.ye, plan.out, plan.weight_after_w2);
     else
         moe_decode_combine_kernel<false><<<cgrid, 256, 0, stream>>>(p, plan.buf.ye, plan.out, plan.weight_after_w2);
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return Status::ok();
+}
+
+Status nvfp4_swiglu_rows(const float *gate, const float *up, const float *row_weight, float *h, int64_t rows,
+                         int64_t inter, float limit, cudaStream_t stream) {
+    if (rows <= 0 || inter <= 0) return Status::ok();
+    const size_t n = size_t(rows) * size_t(inter);
+    const unsigned grid = unsigned(std::min<size_t>((n + 255) / 256, 4096));
+    nvfp4_swiglu_rows_kernel<<<grid, 256, 0, stream>>>(gate, up, row_weight, h, rows, inter, limit);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }

@@ -118,4 +118,11 @@ Result<moe_decode_plan> plan_moe_decode(const device_info &dev, const moe_layer 
 Status run_moe_decode(const moe_decode_plan &plan, void *workspace, cudaStream_t stream);
 Status reset_moe_workspace(const moe_decode_plan &plan, void *workspace, cudaStream_t stream);
 
+// The NVFP4 experts' SwiGLU (backend/cpu nvfp4_w4a4_swiglu's rounding points: bf16 gate, up, silu
+// and h) on [rows, inter] gate / up outputs, with each row's route weight on h when row_weight is
+// non-null (the weight before w2), as run_moe_decode's NVFP4 mode computes it: the prefill path's
+// step between its grouped w1 / w3 and w2 products (engine/cuda routed_prefill). h may be gate.
+Status nvfp4_swiglu_rows(const float *gate, const float *up, const float *row_weight, float *h, int64_t rows,
+                         int64_t inter, float limit, cudaStream_t stream);
+
 }  // namespace ds41rt::backend::cuda

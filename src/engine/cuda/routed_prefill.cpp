@@ -1,10 +1,12 @@
 #include "engine/cuda/routed_prefill.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/nvfp4_gemv.cuh"
 #include "backend/cuda/swiglu.cuh"
 
 namespace ds41rt::engine::gpu {
@@ -27,9 +29,36 @@ Result<backend::cpu::route_table> routes_to_host(const device_model &m, const in
     return rt;
 }
 
+namespace {
+
+// NVFP4 products in runs of RUN_MATS matrices sharing one workspace (each run's quantized x, K
+// slices and counters), zeroed before each run: the next run's layout is its own.
+constexpr size_t RUN_MATS = 96;
+
+Status run_nvfp4(const device_model &m, const std::vector<cuda::nvfp4_matrix> &mats) {
+    std::vector<cuda::nvfp4_gemv_plan> plans;
+    size_t bytes = 256;
+    for (size_t i = 0; i < mats.size(); i += RUN_MATS) {
+        auto plan = cuda::plan_nvfp4_gemv(
+            m.device(), std::vector<cuda::nvfp4_matrix>(mats.begin() + long(i), mats.begin() + long(std::min(mats.size(), i + RUN_MATS))));
+        if (!plan) return plan.status();
+        bytes = std::max(bytes, plan->workspace_bytes);
+        plans.push_back(std::move(plan.value()));
+    }
+    dtemp ws = m.temp(bytes);
+    for (const cuda::nvfp4_gemv_plan &p : plans) {
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(ws.as<void>(), 0, p.workspace_bytes, m.stream()));
+        DS41RT_RETURN_IF_ERROR(cuda::run_nvfp4_gemv(p, ws.as<void>(), m.stream()));
+    }
+    return Status::ok();
+}
+
+}  // namespace
+
 Status routed_prefill(const device_model &m, const cuda::moe_layer &moe, const float *x, int64_t S,
                   const backend::cpu::route_table &rt, int K, float *acc) {
-    const int64_t D = moe.D, I = moe.I, E = int64_t(moe.experts.size());
+    const bool nvfp4 = !moe.nvfp4_experts.empty();
+    const int64_t D = moe.D, I = moe.I, E = int64_t(nvfp4 ? moe.nvfp4_experts.size() : moe.experts.size());
     const bool official = m.official();
     cudaStream_t st = m.stream();
     std::vector<std::vector<std::pair<int32_t, float>>> by_expert(static_cast<size_t>(E));
@@ -66,6 +95,33 @@ Status routed_prefill(const device_model &m, const cuda::moe_layer &moe, const f
     // Every expert's rows at once: one gather, the GEMVs of all experts in shared launches
     // (each expert's weights read once per 16 of its rows), one SwiGLU, one combine.
     const bool after = moe.weight_after_w2;
+    if (nvfp4) {  // W4A4 (nvfp4_gemv, 16 rows a matrix), the publication's SwiGLU, fp32 outputs
+        std::vector<cuda::nvfp4_matrix> up, down;
+        dtemp xg = m.temp_f32(R * D), g = m.temp_f32(R * I), u = m.temp_f32(R * I), ye = m.temp_f32(R * D);
+        for (int64_t e = 0; e < E; e++) {
+            const cuda::moe_nvfp4_expert &w = moe.nvfp4_experts[size_t(e)];
+            for (int64_t f = first[size_t(e)]; f < first[size_t(e) + 1]; f += cuda::MOE_MAX_ROWS) {
+                if (!w.w1 || !w.w2 || !w.w3) return Status::internal("routed prefill: NVFP4 expert " + std::to_string(e) + " not held");
+                cuda::nvfp4_matrix a;
+                a.M = int(std::min<int64_t>(cuda::MOE_MAX_ROWS, first[size_t(e) + 1] - f));
+                a.N = int(I), a.K = int(D), a.x = xg.f() + f * D;
+                a.weight_scale_2 = w.w13_weight_scale_2, a.input_scale = w.w13_input_scale;
+                a.w = w.w1, a.scale = w.w1_scale, a.y = g.f() + f * I;
+                up.push_back(a);
+                a.w = w.w3, a.scale = w.w3_scale, a.y = u.f() + f * I;
+                up.push_back(a);
+                a.N = int(D), a.K = int(I), a.x = g.f() + f * I;
+                a.weight_scale_2 = w.w2_weight_scale_2, a.input_scale = w.w2_input_scale;
+                a.w = w.w2, a.scale = w.w2_scale, a.y = ye.f() + f * D;
+                down.push_back(a);
+            }
+        }
+        DS41RT_RETURN_IF_ERROR(cuda::gather_rows(x, idx_d->as<int32_t>(), R, D, xg.f(), st));
+        DS41RT_RETURN_IF_ERROR(run_nvfp4(m, up));
+        DS41RT_RETURN_IF_ERROR(cuda::nvfp4_swiglu_rows(g.f(), u.f(), after ? nullptr : w_d->f(), g.f(), R, I, moe.swiglu_limit, st));
+        DS41RT_RETURN_IF_ERROR(run_nvfp4(m, down));
+        return cuda::sum_routes(acc, ye.f(), pos_d->as<int32_t>(), after ? w_d->f() : nullptr, S, int(K), D, false, st);
+    }
     std::vector<dlinear> ws(static_cast<size_t>(3 * E));
     std::vector<device_model::grouped_job> up, down;
     dtemp xg = m.temp_f32(R * D), g = m.temp_f32(R * I), u = m.temp_f32(R * I), ye = m.temp_f32(R * D);

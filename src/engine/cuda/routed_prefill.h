@@ -26,8 +26,10 @@ namespace ds41rt::engine::gpu {
 Result<backend::cpu::route_table> routes_to_host(const device_model &m, const int32_t *ids, const float *wts, int64_t S,
                                                  int K);
 
-// acc[S, D] = each row's routed-expert sum of x[S, D] (fp32, unrounded) over the MXFP4 experts of
-// moe (every routed expert held). rt: S rows of at most K routes each.
+// acc[S, D] = each row's routed-expert sum of x[S, D] (fp32, unrounded) over the MXFP4 or NVFP4
+// experts of moe (every routed expert held). rt: S rows of at most K routes each. NVFP4 layers
+// run nvfp4_gemv (W4A4, each expert's input_scale) and the publication's SwiGLU
+// (backend/cuda nvfp4_swiglu_rows) and add the fp32 expert outputs unrounded, as the decode does.
 Status routed_prefill(const device_model &m, const backend::cuda::moe_layer &moe, const float *x, int64_t S,
                       const backend::cpu::route_table &rt, int K, float *acc);
 

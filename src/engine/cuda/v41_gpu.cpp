@@ -667,10 +667,9 @@ private:
         }
         end();
         begin("moe.routed");
-        // Routed experts: longer MXFP4 inputs (prefill) expert by expert (routed_prefill, routes
-        // planned on the host); decode sizes, and NVFP4 layers at any size, from the routes on the
-        // device in chunks of 16 rows, each selected expert read once a chunk, summed per row in
-        // increasing expert id. EXL3 layers: decode sizes from the routes on the device
+        // Routed experts: longer MXFP4 and NVFP4 inputs (prefill) expert by expert (routed_prefill,
+        // routes planned on the host); decode sizes from the routes on the device in chunks of 16
+        // rows, each selected expert read once a chunk, summed per row in increasing expert id. EXL3 layers: decode sizes from the routes on the device
         // (exl3_routed), longer inputs through backend/cuda exl3_moe from the routes on the host.
         dtemp acc = m_->temp_f32(S * D);
         backend::cpu::expert_numerics nm;
@@ -692,7 +691,7 @@ private:
             };
             DS41RT_RETURN_IF_ERROR(
                 cuda::exl3_routed_sum(m_->device(), L.exl3, nm, x, D, rt.value(), acc.f(), scratch, st()));
-        } else if (S > cuda::MOE_MAX_ROWS && L.moe.nvfp4_experts.empty()) {
+        } else if (S > cuda::MOE_MAX_ROWS) {
             auto rt = routes_to_host(ids, wts, S);
             if (!rt) return rt.status();
             DS41RT_RETURN_IF_ERROR(routed_prefill(*m_, L.moe, x, S, rt.value(), int(c_.n_activated_experts), acc.f()));

@@ -575,7 +575,7 @@ private:
         end();
         begin("moe.routed");
         dtemp acc = m_->temp_f32(S * D);
-        if (S > cuda::MOE_MAX_ROWS && L.moe.nvfp4_experts.empty()) {  // prefill: each expert once per 16 of its rows
+        if (S > cuda::MOE_MAX_ROWS) {  // prefill: each expert once per 16 of its rows
             auto rt = routes_to_host(*m_, ids.as<int32_t>(), wts.f(), S, int(K));
             if (!rt) return rt.status();
             DS41RT_RETURN_IF_ERROR(routed_prefill(*m_, L.moe, x, S, rt.value(), int(K), acc.f()));
