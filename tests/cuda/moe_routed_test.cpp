@@ -215,18 +215,7 @@ std::vector<cuda::moe_route> decode_routes(const routing &r) {
     return out;
 }
 
-cpu::route_table to_table(const routing &r, int B, int K) {
-    cpu::route_table t;
-    t.offsets.push_back(0);
-    for (int b = 0; b < B; b++) {
-        for (int k = 0; k < K; k++) {
-            const size_t i = size_t(b * K + k);
-            if (r.ids[i] >= 0) t.routes.push_back({uint32_t(r.ids[i]), r.w[i]});
-        }
-        t.offsets.push_back(uint32_t(t.routes.size()));
-    }
-    return t;
-}
+cpu::route_table to_table(const routing &r, int B, int K) { return cpu::route_table_from(r.ids.data(), r.w.data(), B, K); }
 
 double row_rel(const float *got, const float *ref, int n) {
     double num = 0, den = 0;

@@ -77,6 +77,29 @@ void run(const fs::path &dir, engine::numerics mode, engine::backend_kind be, co
     }
 }
 
+// Layer 1's E experts of the EXL3 model: on the device as the engine holds them (gx) and
+// dequantized to fp32 as the CPU engine holds them (cx).
+void load_layer1_exl3(engine::gpu::device_model &m, const model::weights &w, int64_t E,
+                      std::vector<backend::cuda::exl3_expert_dev> *gx, std::vector<backend::cpu::expert_weights> *cx) {
+    gx->assign(static_cast<size_t>(E), {});
+    cx->assign(static_cast<size_t>(E), {});
+    for (int64_t e = 0; e < E; e++) {
+        const std::string p = "layers.1.ffn.experts." + std::to_string(e) + ".";
+        const std::pair<const char *, std::pair<backend::cuda::exl3_linear_dev *, Tensor *>> ws[] = {
+            {"w1.weight", {&(*gx)[size_t(e)].w1, &(*cx)[size_t(e)].w1}},
+            {"w2.weight", {&(*gx)[size_t(e)].w2, &(*cx)[size_t(e)].w2}},
+            {"w3.weight", {&(*gx)[size_t(e)].w3, &(*cx)[size_t(e)].w3}}};
+        for (auto &[n, dst] : ws) {
+            auto g = m.exl3(p + n);
+            ASSERT_TRUE(g) << g.status().to_string();
+            *dst.first = {g->in, g->out, g->k, backend::cuda::exl3_cb(int(g->cb)), g->trellis, g->suh, g->svh};
+            auto t = w.f32(p + n);
+            ASSERT_TRUE(t) << t.status().to_string();
+            *dst.second = std::move(t.value());
+        }
+    }
+}
+
 TEST(GpuExl3, RoutedSumMatchesTheCpu) {
     if (auto d = backend::cuda::query_device(0); !d) GTEST_SKIP() << d.status().to_string();
     const fs::path dir = fs::temp_directory_path() / ("ds41rt_gpu_exl3_layer_" + std::to_string(getpid()));
@@ -92,41 +115,18 @@ TEST(GpuExl3, RoutedSumMatchesTheCpu) {
 
     // Rows: expert 3 on every row (40 rows: chunks of 16, 16, 8), the second route spread over
     // the others; weights in (0.2, 2).
-    std::mt19937 rng(5);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::uniform_real_distribution<float> wd(0.2f, 2.0f);
-    std::vector<float> x(static_cast<size_t>(S * D));
-    for (float &v : x) v = nd(rng);
-    backend::cpu::route_table rt;
-    rt.offsets.push_back(0);
-    for (int64_t r = 0; r < S; r++) {
-        const uint32_t other = uint32_t(r % 7 >= 3 ? r % 7 + 1 : r % 7);
-        rt.routes.push_back({other, wd(rng)});
-        rt.routes.push_back({3, wd(rng)});
-        rt.offsets.push_back(uint32_t(rt.routes.size()));
-    }
+    const two_route_rows in = expert3_rows(S, D, 5);
+    const std::vector<float> &x = in.x;
+    const backend::cpu::route_table &rt = in.rt;
 
     for (bool official : {false, true}) {
         auto mr = engine::gpu::device_model::make(w, official);
         ASSERT_TRUE(mr) << mr.status().to_string();
         engine::gpu::device_model &m = *mr.value();
-        std::vector<backend::cuda::exl3_expert_dev> gx(static_cast<size_t>(E));
-        std::vector<backend::cpu::expert_weights> cx(static_cast<size_t>(E));
-        for (int64_t e = 0; e < E; e++) {
-            const std::string p = "layers.1.ffn.experts." + std::to_string(e) + ".";
-            const std::pair<const char *, std::pair<backend::cuda::exl3_linear_dev *, Tensor *>> ws[] = {
-                {"w1.weight", {&gx[size_t(e)].w1, &cx[size_t(e)].w1}},
-                {"w2.weight", {&gx[size_t(e)].w2, &cx[size_t(e)].w2}},
-                {"w3.weight", {&gx[size_t(e)].w3, &cx[size_t(e)].w3}}};
-            for (auto &[n, dst] : ws) {
-                auto g = m.exl3(p + n);
-                ASSERT_TRUE(g) << g.status().to_string();
-                *dst.first = {g->in, g->out, g->k, backend::cuda::exl3_cb(int(g->cb)), g->trellis, g->suh, g->svh};
-                auto t = w->f32(p + n);
-                ASSERT_TRUE(t) << t.status().to_string();
-                *dst.second = std::move(t.value());
-            }
-        }
+        std::vector<backend::cuda::exl3_expert_dev> gx;
+        std::vector<backend::cpu::expert_weights> cx;
+        load_layer1_exl3(m, *w, E, &gx, &cx);
+        if (HasFatalFailure()) return;
         backend::cpu::expert_numerics nm;
         nm.official = official;
         nm.act_block = c.fp8_block_in;
@@ -210,14 +210,7 @@ TEST(GpuExl3, DeviceRoutedSumMatchesHostRoutedAndCpu) {
         }
     };
     auto table_of = [&](const std::vector<int32_t> &ids, const std::vector<float> &wts, int64_t rows) {
-        backend::cpu::route_table rt;
-        rt.offsets.push_back(0);
-        for (int64_t r = 0; r < rows; r++) {
-            for (int k = 0; k < K; k++)
-                if (ids[size_t(r * K + k)] >= 0) rt.routes.push_back({uint32_t(ids[size_t(r * K + k)]), wts[size_t(r * K + k)]});
-            rt.offsets.push_back(uint32_t(rt.routes.size()));
-        }
-        return rt;
+        return backend::cpu::route_table_from(ids.data(), wts.data(), rows, K);
     };
     auto rel = [](const std::vector<float> &a, const std::vector<float> &b, size_t n) {
         double num = 0, den = 0;
@@ -233,23 +226,10 @@ TEST(GpuExl3, DeviceRoutedSumMatchesHostRoutedAndCpu) {
         auto mr = engine::gpu::device_model::make(w, official);
         ASSERT_TRUE(mr) << mr.status().to_string();
         engine::gpu::device_model &m = *mr.value();
-        std::vector<backend::cuda::exl3_expert_dev> gx(static_cast<size_t>(E));
-        std::vector<backend::cpu::expert_weights> cx(static_cast<size_t>(E));
-        for (int64_t e = 0; e < E; e++) {
-            const std::string p = "layers.1.ffn.experts." + std::to_string(e) + ".";
-            const std::pair<const char *, std::pair<backend::cuda::exl3_linear_dev *, Tensor *>> ws[] = {
-                {"w1.weight", {&gx[size_t(e)].w1, &cx[size_t(e)].w1}},
-                {"w2.weight", {&gx[size_t(e)].w2, &cx[size_t(e)].w2}},
-                {"w3.weight", {&gx[size_t(e)].w3, &cx[size_t(e)].w3}}};
-            for (auto &[n, dst] : ws) {
-                auto g = m.exl3(p + n);
-                ASSERT_TRUE(g) << g.status().to_string();
-                *dst.first = {g->in, g->out, g->k, backend::cuda::exl3_cb(int(g->cb)), g->trellis, g->suh, g->svh};
-                auto t = w->f32(p + n);
-                ASSERT_TRUE(t) << t.status().to_string();
-                *dst.second = std::move(t.value());
-            }
-        }
+        std::vector<backend::cuda::exl3_expert_dev> gx;
+        std::vector<backend::cpu::expert_weights> cx;
+        load_layer1_exl3(m, *w, E, &gx, &cx);
+        if (HasFatalFailure()) return;
         backend::cpu::expert_numerics nm;
         nm.official = official;
         nm.act_block = c.fp8_block_in;

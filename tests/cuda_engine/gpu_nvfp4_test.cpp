@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <random>
 
 #include <cuda_runtime.h>
 
@@ -125,19 +124,9 @@ TEST(GpuNvfp4, PrefillRoutedSumMatchesTheCpu) {
                                       d[0].weight_scale_2, d[0].input_scale, d[1].weight_scale_2, d[1].input_scale};
         L.I = int(cx[size_t(e)].w1.dim(0));
     }
-    std::mt19937 rng(5);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::uniform_real_distribution<float> wd(0.2f, 2.0f);
-    std::vector<float> x(static_cast<size_t>(S * D));
-    for (float &v : x) v = nd(rng);
-    backend::cpu::route_table rt;
-    rt.offsets.push_back(0);
-    for (int64_t r = 0; r < S; r++) {
-        const uint32_t other = uint32_t(r % 7 >= 3 ? r % 7 + 1 : r % 7);
-        rt.routes.push_back({other, wd(rng)});
-        rt.routes.push_back({3, wd(rng)});
-        rt.offsets.push_back(uint32_t(rt.routes.size()));
-    }
+    const two_route_rows in = expert3_rows(S, D, 5);
+    const std::vector<float> &x = in.x;
+    const backend::cpu::route_table &rt = in.rt;
     auto xd = m.upload(x.data(), x.size() * sizeof(float));
     ASSERT_TRUE(xd) << xd.status().to_string();
     for (bool after : {false, true}) {

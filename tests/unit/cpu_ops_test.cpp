@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/routed.h"
 
 using namespace ds41rt::backend::cpu;
 
@@ -154,4 +155,21 @@ TEST(cpu_ops, q_head_rms_norm_in_bf16) {
     rms_norm_unweighted_bf16(y, 1, 4, 1e-6f);
     EXPECT_EQ(y[0], 2.0f);
     EXPECT_EQ(y[1], 0.0f);
+}
+
+// The router's [S, K] output as a route table: row offsets, the picks in pick order, a dropped
+// pick (-1) left out and its row shorter.
+TEST(cpu_ops, route_table_from_router_output) {
+    const int32_t ids[] = {5, 2, 7, -1, 0, 3};
+    const float w[] = {0.5f, 0.25f, 1.0f, 9.0f, 0.125f, 2.0f};
+    const ds41rt::backend::cpu::route_table rt = ds41rt::backend::cpu::route_table_from(ids, w, 3, 2);
+    ASSERT_EQ(rt.rows(), 3);
+    EXPECT_EQ(rt.offsets, (std::vector<uint32_t>{0, 2, 3, 5}));
+    ASSERT_EQ(rt.routes.size(), 5u);
+    const uint32_t want_e[] = {5, 2, 7, 0, 3};
+    const float want_w[] = {0.5f, 0.25f, 1.0f, 0.125f, 2.0f};
+    for (size_t i = 0; i < 5; i++) {
+        EXPECT_EQ(rt.routes[i].expert, want_e[i]) << i;
+        EXPECT_EQ(rt.routes[i].weight, want_w[i]) << i;
+    }
 }

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/routed.h"
 #include "core/dtype.h"
 #include "io/safetensors.h"
 #include "model/catalog.h"
@@ -24,6 +25,30 @@
 #include "tiny_synth.h"
 
 namespace ds41rt {
+
+// One MoE layer's test input for the GPU routed-sum tests: S rows of x ~ N(0, 1), each routed to
+// expert 3 (so S rows of one expert: 16-row chunks of it) and to one of experts 0-2, 4-7, weights
+// in (0.2, 2), all drawn from one generator of `seed` in that order.
+struct two_route_rows {
+    std::vector<float> x;
+    backend::cpu::route_table rt;
+};
+inline two_route_rows expert3_rows(int64_t S, int64_t D, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::uniform_real_distribution<float> wd(0.2f, 2.0f);
+    two_route_rows in;
+    in.x.resize(static_cast<size_t>(S * D));
+    for (float &v : in.x) v = nd(rng);
+    in.rt.offsets.push_back(0);
+    for (int64_t r = 0; r < S; r++) {
+        const uint32_t other = uint32_t(r % 7 >= 3 ? r % 7 + 1 : r % 7);
+        in.rt.routes.push_back({other, wd(rng)});
+        in.rt.routes.push_back({3, wd(rng)});
+        in.rt.offsets.push_back(uint32_t(in.rt.routes.size()));
+    }
+    return in;
+}
 
 // Writes into dir the synthesized model of seed 3 with its routed experts re-stored as `format`.
 inline void make_quantized_model(const std::filesystem::path &dir, const std::string &format) {

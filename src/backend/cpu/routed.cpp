@@ -7,6 +7,17 @@
 
 namespace ds41rt::backend::cpu {
 
+route_table route_table_from(const int32_t *ids, const float *weights, int64_t S, int K) {
+    route_table rt;
+    rt.offsets.push_back(0);
+    for (int64_t r = 0; r < S; r++) {
+        for (int64_t k = 0; k < K; k++)
+            if (ids[r * K + k] >= 0) rt.routes.push_back({uint32_t(ids[r * K + k]), weights[r * K + k]});
+        rt.offsets.push_back(uint32_t(rt.routes.size()));
+    }
+    return rt;
+}
+
 Status routed_expert_sum(const expert_numerics &nm, const std::vector<expert_weights> &experts, const float *x,
                          int64_t D, const route_table &rt, float *acc) {
     const int64_t S = rt.rows(), E = int64_t(experts.size());

@@ -38,6 +38,10 @@ struct expert_weights {
     float w13_input_scale = 0, w2_input_scale = 0;  // > 0: NVFP4 W4A4
 };
 
+// The router's [S, K] output (ids, -1 = a dropped pick; weights) as a route table, the dropped
+// picks left out (as the host router leaves them).
+route_table route_table_from(const int32_t *ids, const float *weights, int64_t S, int K);
+
 // acc[rows, D] = sum over each row's routes of swiglu_expert(expert, x[row]) * weight.
 // INVALID_ARGUMENT when a route names an expert outside `experts` or one not held.
 Status routed_expert_sum(const expert_numerics &nm, const std::vector<expert_weights> &experts, const float *x,

@@ -19,14 +19,7 @@ Result<backend::cpu::route_table> routes_to_host(const device_model &m, const in
     std::vector<int32_t> ih(static_cast<size_t>(S * K));
     std::vector<float> wh(static_cast<size_t>(S * K));
     DS41RT_RETURN_IF_ERROR(m.to_host_pair(ih.data(), ids, ih.size() * sizeof(int32_t), wh.data(), wts, wh.size() * sizeof(float)));
-    backend::cpu::route_table rt;
-    rt.offsets.push_back(0);
-    for (int64_t r = 0; r < S; r++) {
-        for (int64_t j = 0; j < K; j++)
-            if (ih[size_t(r * K + j)] >= 0) rt.routes.push_back({uint32_t(ih[size_t(r * K + j)]), wh[size_t(r * K + j)]});
-        rt.offsets.push_back(uint32_t(rt.routes.size()));
-    }
-    return rt;
+    return backend::cpu::route_table_from(ih.data(), wh.data(), S, K);
 }
 
 namespace {
