@@ -303,4 +303,48 @@ Status exl3_routed_error(const exl3_routed_plan &plan, void *workspace, cudaStre
     return Status::ok();
 }
 
+exl3_routed_runner::~exl3_routed_runner() {
+    if (ws_) cudaFree(ws_);
+}
+
+Status exl3_routed_runner::run(const device_info &dev, int layer, const std::vector<exl3_expert_dev> &experts,
+                               const cpu::expert_numerics &nm, int64_t D, int B, int K, const float *x,
+                               const int32_t *ids, const float *weights, float *acc, cudaStream_t stream) {
+    auto plan_for = [&](int rows) -> Result<const exl3_routed_plan *> {
+        auto it = plans_.find({layer, rows});
+        if (it == plans_.end()) {
+            cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &cs));
+            if (cs != cudaStreamCaptureStatusNone)
+                return Status::internal("layer " + std::to_string(layer) + ": no EXL3 routed-expert plan for " +
+                                        std::to_string(rows) + " rows while a graph is being captured");
+            auto p = plan_exl3_routed(dev, experts, nm, D, rows, K);
+            if (!p) return p.status();
+            it = plans_.emplace(std::make_pair(layer, rows), std::move(p.value())).first;
+        }
+        return &it->second;
+    };
+    if (!ws_) {  // graphs captured later hold its address: never reallocated
+        auto big = plan_for(MOE_MAX_ROWS);
+        if (!big) return big.status();
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&ws_, (*big)->workspace_bytes));
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(ws_, 0, (*big)->workspace_bytes, stream));
+        bytes_ = (*big)->workspace_bytes;
+    }
+    auto plan = plan_for(B);
+    if (!plan) return plan.status();
+    if ((*plan)->workspace_bytes > bytes_)
+        return Status::internal("layer " + std::to_string(layer) + ": EXL3 routed-expert workspace of " +
+                                std::to_string((*plan)->workspace_bytes) + " bytes exceeds the shared " +
+                                std::to_string(bytes_));
+    any_ = *plan;
+    return run_exl3_routed(**plan, x, ids, weights, acc, ws_, stream);
+}
+
+Status exl3_routed_runner::error(cudaStream_t stream) { return any_ ? exl3_routed_error(*any_, ws_, stream) : Status::ok(); }
+
+Status exl3_routed_runner::flag_error(int32_t *word, int32_t fail_value, cudaStream_t stream) const {
+    return any_ ? exl3_routed_flag_error(*any_, ws_, word, fail_value, stream) : Status::ok();
+}
+
 }  // namespace ds41rt::backend::cuda

@@ -23,7 +23,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/swiglu.h"
@@ -72,5 +74,32 @@ Status exl3_routed_error(const exl3_routed_plan &plan, void *workspace, cudaStre
 // and leaves the error word for exl3_routed_error.
 Status exl3_routed_flag_error(const exl3_routed_plan &plan, const void *workspace, int32_t *word, int32_t fail_value,
                               cudaStream_t stream);
+
+// The plans one caller runs (by layer and row count, each layer's experts fixed after its first
+// run) with the workspace they share: sized by the first layer's 16-row plan, which every row
+// count's layout fits in, and zeroed once. A plan is made on a layer's first run at a row count
+// (a table upload, so never while `stream` is being captured: INTERNAL then). One numerics per
+// runner (a plan of other numerics may need a larger workspace: INTERNAL). Host thread only.
+class exl3_routed_runner {
+public:
+    exl3_routed_runner() = default;
+    ~exl3_routed_runner();
+    exl3_routed_runner(const exl3_routed_runner &) = delete;
+    exl3_routed_runner &operator=(const exl3_routed_runner &) = delete;
+
+    // run_exl3_routed for B (1..16) rows of layer `layer`.
+    Status run(const device_info &dev, int layer, const std::vector<exl3_expert_dev> &experts,
+               const cpu::expert_numerics &nm, int64_t D, int B, int K, const float *x, const int32_t *ids,
+               const float *weights, float *acc, cudaStream_t stream);
+    // exl3_routed_error / exl3_routed_flag_error on the shared workspace (OK before any run).
+    Status error(cudaStream_t stream);
+    Status flag_error(int32_t *word, int32_t fail_value, cudaStream_t stream) const;
+
+private:
+    std::map<std::pair<int, int>, exl3_routed_plan> plans_;  // by (layer, rows)
+    void *ws_ = nullptr;
+    size_t bytes_ = 0;
+    const exl3_routed_plan *any_ = nullptr;  // a plan run here: the error word's offset
+};
 
 }  // namespace ds41rt::backend::cuda

@@ -41,15 +41,9 @@ struct gpu_experts::impl {
     };
     std::map<std::tuple<int, int, int, int, bool>, cuda::moe_routed_plan> rplans;
     std::map<std::tuple<int, int, int, bool>, routed_ws> rws;
-    // The same for EXL3 layers (backend/cuda exl3_routed): plans by (layer, rows, K, act_block,
-    // weight_after_w2), one workspace per (K, act_block, weight_after_w2) sized by the 16-row plan.
-    struct exl3_ws {
-        void *mem = nullptr;
-        size_t bytes = 0;
-        const cuda::exl3_routed_plan *plan = nullptr;
-    };
-    std::map<std::tuple<int, int, int, int, bool>, cuda::exl3_routed_plan> xplans;
-    std::map<std::tuple<int, int, bool>, exl3_ws> xws;
+    // The same for EXL3 layers (backend/cuda exl3_routed): a runner (plans and their workspace)
+    // per (K, act_block, weight_after_w2).
+    std::map<std::tuple<int, int, bool>, cuda::exl3_routed_runner> xrun;
     cudaEvent_t in_ev = nullptr, out_ev = nullptr;
 
     Status grow(void **p, size_t *have, size_t need) {
@@ -80,7 +74,6 @@ gpu_experts::~gpu_experts() {
     for (void *b : p_->blocks) cudaFree(b);
     for (void *b : {p_->x, p_->out, p_->buf, p_->ws}) cudaFree(b);
     for (auto &[k, w] : p_->rws) cudaFree(w.mem);
-    for (auto &[k, w] : p_->xws) cudaFree(w.mem);
     if (p_->in_ev) cudaEventDestroy(p_->in_ev);
     if (p_->out_ev) cudaEventDestroy(p_->out_ev);
     if (p_->stream) cudaStreamDestroy(p_->stream);
@@ -330,15 +323,12 @@ Status gpu_experts::run_device(int layer, const backend::cpu::expert_numerics &n
 Status gpu_experts::run_routed(int layer, const backend::cpu::expert_numerics &nm, const float *x, const int32_t *ids,
                                const float *weights, int64_t rows, int k, float *out, int32_t *status_word,
                                int32_t fail_value, cudaStream_t stream) {
-    if (p_->exl3_layers.count(layer))
-        return run_routed_exl3(layer, nm, x, ids, weights, rows, k, out, status_word, fail_value, stream);
     auto it = p_->layers.find(layer);
-    if (it == p_->layers.end()) return Status::not_found("layer " + std::to_string(layer) + " is not on this GPU");
+    auto x3 = p_->exl3_layers.find(layer);
+    if (it == p_->layers.end() && x3 == p_->exl3_layers.end())
+        return Status::not_found("layer " + std::to_string(layer) + " is not on this GPU");
     impl &p = *p_;
-    cuda::moe_layer L = it->second;
-    L.act_block = nm.official ? int(nm.act_block) : 0;
-    L.weight_after_w2 = nm.weight_after_w2;
-    const int64_t D = L.D;
+    const int act_block = nm.official ? int(nm.act_block) : 0;
     DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(p.dev.device));
     if (!p.in_ev) DS41RT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&p.in_ev, cudaEventDisableTiming));
     if (!p.out_ev) DS41RT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&p.out_ev, cudaEventDisableTiming));
@@ -346,78 +336,45 @@ Status gpu_experts::run_routed(int layer, const backend::cpu::expert_numerics &n
     // whatever link asks; the caller's stream waits for it.
     DS41RT_CUDA_RETURN_IF_ERROR(cudaEventRecord(p.in_ev, stream));
     DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(p.stream, p.in_ev, 0));
-    for (int64_t r0 = 0; r0 < rows; r0 += cuda::MOE_MAX_ROWS) {
-        const int B = int(std::min<int64_t>(cuda::MOE_MAX_ROWS, rows - r0));
-        auto key = std::make_tuple(layer, B, k, L.act_block, L.weight_after_w2);
-        auto pi = p.rplans.find(key);
-        if (pi == p.rplans.end()) {
-            auto plan = cuda::plan_moe_routed(p.dev, L, B, k);
-            if (!plan) return plan.status();
-            pi = p.rplans.emplace(key, std::move(plan.value())).first;
+    if (x3 != p_->exl3_layers.end()) {  // EXL3: backend/cuda exl3_routed, a runner per numerics
+        const impl::exl3_layer &L = x3->second;
+        backend::cpu::expert_numerics n = nm;
+        n.swiglu_limit = L.swiglu_limit;
+        cuda::exl3_routed_runner &run = p.xrun[std::make_tuple(k, act_block, nm.weight_after_w2)];
+        for (int64_t r0 = 0; r0 < rows; r0 += cuda::MOE_MAX_ROWS) {
+            const int B = int(std::min<int64_t>(cuda::MOE_MAX_ROWS, rows - r0));
+            DS41RT_RETURN_IF_ERROR(run.run(p.dev, layer, L.experts, n, L.D, B, k, x + r0 * L.D, ids + r0 * k,
+                                           weights + r0 * k, out + r0 * L.D, p.stream));
+            DS41RT_RETURN_IF_ERROR(run.flag_error(status_word, fail_value, p.stream));
         }
-        const cuda::moe_routed_plan &plan = pi->second;
-        impl::routed_ws &w = p.rws[std::make_tuple(B, k, L.act_block, L.weight_after_w2)];
-        if (!w.mem) {
-            DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&w.mem, plan.workspace_bytes));
-            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w.mem, 0, plan.workspace_bytes, p.stream));
-            w.plan = &plan;
-        } else if (w.plan->workspace_bytes != plan.workspace_bytes) {
-            return Status::internal("layer " + std::to_string(layer) + ": routed-expert workspace layout differs from "
-                                    "another layer's at " + std::to_string(B) + " rows");
+    } else {
+        cuda::moe_layer L = it->second;
+        L.act_block = act_block;
+        L.weight_after_w2 = nm.weight_after_w2;
+        const int64_t D = L.D;
+        for (int64_t r0 = 0; r0 < rows; r0 += cuda::MOE_MAX_ROWS) {
+            const int B = int(std::min<int64_t>(cuda::MOE_MAX_ROWS, rows - r0));
+            auto key = std::make_tuple(layer, B, k, L.act_block, L.weight_after_w2);
+            auto pi = p.rplans.find(key);
+            if (pi == p.rplans.end()) {
+                auto plan = cuda::plan_moe_routed(p.dev, L, B, k);
+                if (!plan) return plan.status();
+                pi = p.rplans.emplace(key, std::move(plan.value())).first;
+            }
+            const cuda::moe_routed_plan &plan = pi->second;
+            impl::routed_ws &w = p.rws[std::make_tuple(B, k, L.act_block, L.weight_after_w2)];
+            if (!w.mem) {
+                DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&w.mem, plan.workspace_bytes));
+                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w.mem, 0, plan.workspace_bytes, p.stream));
+                w.plan = &plan;
+            } else if (w.plan->workspace_bytes != plan.workspace_bytes) {
+                return Status::internal("layer " + std::to_string(layer) + ": routed-expert workspace layout differs from "
+                                        "another layer's at " + std::to_string(B) + " rows");
+            }
+            DS41RT_RETURN_IF_ERROR(
+                cuda::run_moe_routed(plan, x + r0 * D, ids + r0 * k, weights + r0 * k, out + r0 * D, w.mem, p.stream));
+            DS41RT_RETURN_IF_ERROR(cuda::moe_routed_flag_error(plan, w.mem, status_word, fail_value, p.stream));
         }
-        DS41RT_RETURN_IF_ERROR(
-            cuda::run_moe_routed(plan, x + r0 * D, ids + r0 * k, weights + r0 * k, out + r0 * D, w.mem, p.stream));
-        DS41RT_RETURN_IF_ERROR(cuda::moe_routed_flag_error(plan, w.mem, status_word, fail_value, p.stream));
-    }
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaEventRecord(p.out_ev, p.stream));
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, p.out_ev, 0));
-    return Status::ok();
-}
-
-Status gpu_experts::run_routed_exl3(int layer, const backend::cpu::expert_numerics &nm, const float *x,
-                                    const int32_t *ids, const float *weights, int64_t rows, int k, float *out,
-                                    int32_t *status_word, int32_t fail_value, cudaStream_t stream) {
-    const impl::exl3_layer &L = p_->exl3_layers.at(layer);
-    impl &p = *p_;
-    backend::cpu::expert_numerics n = nm;
-    n.swiglu_limit = L.swiglu_limit;
-    const int act_block = nm.official ? int(nm.act_block) : 0;
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(p.dev.device));
-    if (!p.in_ev) DS41RT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&p.in_ev, cudaEventDisableTiming));
-    if (!p.out_ev) DS41RT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&p.out_ev, cudaEventDisableTiming));
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaEventRecord(p.in_ev, stream));
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(p.stream, p.in_ev, 0));
-    auto plan_for = [&](int B) -> Result<const cuda::exl3_routed_plan *> {
-        auto key = std::make_tuple(layer, B, k, act_block, nm.weight_after_w2);
-        auto pi = p.xplans.find(key);
-        if (pi == p.xplans.end()) {
-            auto plan = cuda::plan_exl3_routed(p.dev, L.experts, n, L.D, B, k);
-            if (!plan) return plan.status();
-            pi = p.xplans.emplace(key, std::move(plan.value())).first;
-        }
-        return &pi->second;
-    };
-    // One workspace per numerics, sized by the 16-row plan: every row count's layout fits in it.
-    impl::exl3_ws &w = p.xws[std::make_tuple(k, act_block, nm.weight_after_w2)];
-    if (!w.mem) {
-        auto big = plan_for(cuda::MOE_MAX_ROWS);
-        if (!big) return big.status();
-        DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&w.mem, (*big)->workspace_bytes));
-        DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w.mem, 0, (*big)->workspace_bytes, p.stream));
-        w.bytes = (*big)->workspace_bytes;
-        w.plan = *big;
-    }
-    for (int64_t r0 = 0; r0 < rows; r0 += cuda::MOE_MAX_ROWS) {
-        const int B = int(std::min<int64_t>(cuda::MOE_MAX_ROWS, rows - r0));
-        auto plan = plan_for(B);
-        if (!plan) return plan.status();
-        if ((*plan)->workspace_bytes > w.bytes)
-            return Status::internal("layer " + std::to_string(layer) + ": EXL3 routed-expert workspace of " +
-                                    std::to_string((*plan)->workspace_bytes) + " bytes exceeds the shared " +
-                                    std::to_string(w.bytes));
-        DS41RT_RETURN_IF_ERROR(cuda::run_exl3_routed(**plan, x + r0 * L.D, ids + r0 * k, weights + r0 * k,
-                                                     out + r0 * L.D, w.mem, p.stream));
-        DS41RT_RETURN_IF_ERROR(cuda::exl3_routed_flag_error(**plan, w.mem, status_word, fail_value, p.stream));
     }
     DS41RT_CUDA_RETURN_IF_ERROR(cudaEventRecord(p.out_ev, p.stream));
     DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, p.out_ev, 0));
@@ -426,9 +383,8 @@ Status gpu_experts::run_routed_exl3(int layer, const backend::cpu::expert_numeri
 
 Status gpu_experts::routed_errors() {
     Status first;
-    for (auto &[key, w] : p_->xws) {
-        if (!w.plan) continue;
-        Status st = cuda::exl3_routed_error(*w.plan, w.mem, p_->stream);
+    for (auto &[key, run] : p_->xrun) {
+        Status st = run.error(p_->stream);
         if (!st && first) first = st;
     }
     for (auto &[key, w] : p_->rws) {

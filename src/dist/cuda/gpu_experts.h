@@ -83,10 +83,6 @@ private:
     gpu_experts() = default;
     // bytes of host memory copied to a device block this object owns (counted in device_bytes).
     Result<const uint8_t *> upload(const void *host, size_t bytes);
-    // run_routed for an EXL3 layer.
-    Status run_routed_exl3(int layer, const backend::cpu::expert_numerics &nm, const float *x,
-                           const int32_t *ids, const float *weights, int64_t rows, int k, float *out,
-                           int32_t *status_word, int32_t fail_value, cudaStream_t stream);
     std::unique_ptr<impl> p_;
     size_t bytes_ = 0;
 };

@@ -49,42 +49,11 @@ Status routed_decode::run_exl3(const device_model &m, int layer, const std::vect
                                const float *wts, int64_t S, int K, float *acc) {
     if (S < 1 || S > cuda::MOE_MAX_ROWS)
         return Status::internal("layer " + std::to_string(layer) + ": EXL3 routed decode of " + std::to_string(S) + " rows");
-    const int B = int(S);
-    auto plan_for = [&](int rows) -> Result<const cuda::exl3_routed_plan *> {
-        auto it = exl3_plans_.find({layer, rows});
-        if (it == exl3_plans_.end()) {
-            cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-            DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(m.stream(), &cs));
-            if (cs != cudaStreamCaptureStatusNone)
-                return Status::internal("layer " + std::to_string(layer) + ": no EXL3 routed-expert plan for " +
-                                        std::to_string(rows) + " rows while a graph is being captured");
-            auto p = cuda::plan_exl3_routed(m.device(), experts, nm, m.config().dim, rows, K);
-            if (!p) return p.status();
-            it = exl3_plans_.emplace(std::make_pair(layer, rows), std::move(p.value())).first;
-        }
-        return &it->second;
-    };
-    if (!exl3_ws_.bytes()) {  // sized by the largest row count's plan; graphs hold its address
-        auto big = plan_for(cuda::MOE_MAX_ROWS);
-        if (!big) return big.status();
-        exl3_ws_ = m.temp((*big)->workspace_bytes);
-        if (!exl3_ws_.as<void>())
-            return Status::resource_exhausted("EXL3 routed decode: no device memory for a workspace of " +
-                                              std::to_string((*big)->workspace_bytes) + " bytes");
-        DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(exl3_ws_.as<void>(), 0, exl3_ws_.bytes(), m.stream()));
-    }
-    auto plan = plan_for(B);
-    if (!plan) return plan.status();
-    if ((*plan)->workspace_bytes > exl3_ws_.bytes())
-        return Status::internal("layer " + std::to_string(layer) + ": EXL3 routed-expert workspace of " +
-                                std::to_string((*plan)->workspace_bytes) + " bytes exceeds the shared " +
-                                std::to_string(exl3_ws_.bytes()));
-    exl3_used_ = *plan;
-    return cuda::run_exl3_routed(**plan, x, ids, wts, acc, exl3_ws_.as<void>(), m.stream());
+    return exl3_.run(m.device(), layer, experts, nm, m.config().dim, int(S), K, x, ids, wts, acc, m.stream());
 }
 
 Status routed_decode::check(const device_model &m) {
-    if (exl3_used_) DS41RT_RETURN_IF_ERROR(cuda::exl3_routed_error(*exl3_used_, exl3_ws_.as<void>(), m.stream()));
+    DS41RT_RETURN_IF_ERROR(exl3_.error(m.stream()));
     for (auto &[B, w] : ws_) {
         if (!w.plan) continue;
         DS41RT_RETURN_IF_ERROR(cuda::moe_routed_error(*w.plan, w.mem.as<void>(), m.stream()));

@@ -7,9 +7,8 @@
 // capture finds them made. Chunks of one row count share a workspace (every local layer of a
 // model has the same expert shapes, so the same workspace layout).
 //
-// EXL3 layers (backend/cuda exl3_routed) likewise, for up to 16 rows: one workspace for every
-// row count and layer, sized by the first layer's 16-row plan (every row count's layout fits in
-// it, and its error word is at the same place).
+// EXL3 layers (backend/cuda exl3_routed_runner) likewise, for up to 16 rows: one workspace for
+// every row count and layer.
 //
 // Threads: the engine's host thread.
 #pragma once
@@ -46,9 +45,7 @@ private:
     };
     std::map<std::pair<int, int>, backend::cuda::moe_routed_plan> plans_;  // by (layer, rows)
     std::map<int, workspace> ws_;                                         // by rows
-    std::map<std::pair<int, int>, backend::cuda::exl3_routed_plan> exl3_plans_;  // by (layer, rows)
-    dtemp exl3_ws_;
-    const backend::cuda::exl3_routed_plan *exl3_used_ = nullptr;  // any plan run: its error word's offset
+    backend::cuda::exl3_routed_runner exl3_;
 };
 
 }  // namespace ds41rt::engine::gpu
