@@ -185,11 +185,12 @@ __global__ void __launch_bounds__(WARPS * 32) dense_kernel(const float *__restri
 // flight at once (cp.async), then 8 lanes per (row, column) add them in dense_kernel's order
 // (part c % 8, ascending chunks, ascending k, fmaf from +0, the same butterfly), so the bits equal
 // dense_kernel's for every M. H200, router gate at M = 1, back-to-back calls: 19.1 us through
-// dense_kernel, 10.7 us here (tests/cuda/dense_test.cpp). Roofline: bytes N * K * sizeof(w) (once;
-// x's M * K * 4 from L2, y's M * N * 4): 3.9 MB for the gate, ~1 us at the copy rate; FLOPs
-// 2 * M * N * K as fp32 FMA, a chain of K / 8 dependent FMAs per lane (~1.3 us at K = 5120). What
-// the other ~8 us were: each chunk's x loads from L2 waited for by the FMAs right after them, a
-// round trip per chunk (K / 64 of them per lane); now NARROW_G chunks' loads go out together.
+// dense_kernel, 10.7 us here with x read from L2 chunk by chunk, 8.75 us with NARROW_G chunks' x
+// loads in flight together, 7.55 us with x in shared memory too (tests/cuda/dense_test.cpp; each
+// chunk's FMAs had waited for its own L2 round trip, K / 64 of them per lane). Roofline: bytes
+// N * K * sizeof(w) (once; x's M * K * 4, y's M * N * 4): 3.9 MB for the gate, ~1 us at the copy
+// rate; FLOPs 2 * M * N * K as fp32 FMA, a chain of K / 8 dependent FMAs per lane (~1.3 us at
+// K = 5120).
 // XS: x's M rows are copied into shared memory behind the weight rows as well (when they fit in
 // NARROW_SMEM_X), so the sums read only shared memory.
 constexpr int NARROW_THREADS = 256, NARROW_MAX_M = 16, NARROW_G = 8;
