@@ -35,4 +35,32 @@ private:
     cudaEvent_t forked_ = nullptr, done_ = nullptr;
 };
 
+// One use of a side_branch: fork(), then join() before the result is needed; a fork left
+// unjoined (an error on the main side returned early) is joined when the scope ends, so a graph
+// capture never ends with a branch still open.
+class side_scope {
+public:
+    side_scope(side_branch &b, const device_model &m) : b_(b), m_(m) {}
+    ~side_scope() {
+        if (forked_) (void)b_.join(m_);
+    }
+    side_scope(const side_scope &) = delete;
+    side_scope &operator=(const side_scope &) = delete;
+
+    Status fork(const std::function<Status()> &work) {
+        forked_ = true;
+        return b_.fork(m_, work);
+    }
+    Status join() {
+        if (!forked_) return Status::ok();
+        forked_ = false;
+        return b_.join(m_);
+    }
+
+private:
+    side_branch &b_;
+    const device_model &m_;
+    bool forked_ = false;
+};
+
 }  // namespace ds41rt::engine::gpu

@@ -654,9 +654,10 @@ private:
         // sections are events on it).
         const bool fork = !prof_.on() && moe_on_device(L, S) && L.gate_w.k == dlinear::kind::DENSE;
         dtemp sh;
+        side_scope branch(side_, *m_);
         if (fork) {
             sh = m_->temp_f32(S * D);
-            DS41RT_RETURN_IF_ERROR(side_.fork(*m_, [&] { return shared_expert(L, x, S, sh.f()); }));
+            DS41RT_RETURN_IF_ERROR(branch.fork([&] { return shared_expert(L, x, S, sh.f()); }));
         }
         dtemp ids, wts;
         DS41RT_RETURN_IF_ERROR(route(L, x, S, &ids, &wts));
@@ -669,8 +670,9 @@ private:
         begin("moe.routed");
         // Routed experts: longer MXFP4 and NVFP4 inputs (prefill) expert by expert (routed_prefill,
         // routes planned on the host); decode sizes from the routes on the device in chunks of 16
-        // rows, each selected expert read once a chunk, summed per row in increasing expert id. EXL3 layers: decode sizes from the routes on the device
-        // (exl3_routed), longer inputs through backend/cuda exl3_moe from the routes on the host.
+        // rows, each selected expert read once a chunk, summed per row in increasing expert id.
+        // EXL3 layers: decode sizes from the routes on the device (exl3_routed), longer inputs
+        // through backend/cuda exl3_moe from the routes on the host.
         dtemp acc = m_->temp_f32(S * D);
         backend::cpu::expert_numerics nm;
         nm.official = official_;
@@ -700,7 +702,7 @@ private:
                 routed_.run(*m_, layer, L.moe, x, ids.as<int32_t>(), wts.f(), S, int(K), acc.f()));
         }
         // The routed sum plus the shared expert, one rounding.
-        if (fork) DS41RT_RETURN_IF_ERROR(side_.join(*m_));
+        DS41RT_RETURN_IF_ERROR(branch.join());
         DS41RT_RETURN_IF_ERROR(cuda::add_rows(acc.f(), sh.f(), out, S * D, official_, st()));
         end();
         return Status::ok();

@@ -556,7 +556,8 @@ private:
         const bool has_shared = c_.n_shared_experts > 0;
         const bool fork = has_shared && !prof_.on() && moe_on_device(L, S) && L.gate_w.k == dlinear::kind::DENSE;
         if (has_shared) sh = m_->temp_f32(S * D);
-        if (fork) DS41RT_RETURN_IF_ERROR(side_.fork(*m_, shared));
+        side_scope branch(side_, *m_);
+        if (fork) DS41RT_RETURN_IF_ERROR(branch.fork(shared));
         begin("moe.router");
         dtemp logits = m_->temp_f32(S * E);
         DS41RT_RETURN_IF_ERROR(m_->run_linear(L.gate_w, x, logits.f(), S, lin::F32));
@@ -586,7 +587,7 @@ private:
         // The shared expert, then one rounding of the fp32 sum (OFFICIAL: bf16 MoE output).
         begin("moe.shared");
         if (has_shared) {
-            if (fork) DS41RT_RETURN_IF_ERROR(side_.join(*m_));
+            if (fork) DS41RT_RETURN_IF_ERROR(branch.join());
             else DS41RT_RETURN_IF_ERROR(shared());
             DS41RT_RETURN_IF_ERROR(cuda::add_rows(acc.f(), sh.f(), out, S * D, official_, st()));
         } else {
