@@ -88,6 +88,18 @@ Result<const uint8_t *> gpu_experts::upload(const void *host, size_t bytes) {
     return static_cast<const uint8_t *>(p);
 }
 
+template <class Slice>
+Status gpu_experts::upload_slices(const std::array<Slice, 3> &e, const uint8_t *(&dev)[6]) {
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 2; j++) {
+            const std::vector<uint8_t> &h = j == 0 ? e[size_t(i)].codes : e[size_t(i)].scales;
+            auto d = upload(h.data(), h.size());
+            if (!d) return d.status();
+            dev[i * 2 + j] = d.value();
+        }
+    return Status::ok();
+}
+
 Status gpu_experts::add_layer(int layer, int64_t D, float swiglu_limit,
                               std::vector<std::array<model::mxfp4_slice, 3>> experts) {
     cuda::moe_layer L;
@@ -95,13 +107,7 @@ Status gpu_experts::add_layer(int layer, int64_t D, float swiglu_limit,
     L.swiglu_limit = swiglu_limit;
     for (auto &e : experts) {
         const uint8_t *dev[6];
-        for (int i = 0; i < 3; i++)
-            for (int j = 0; j < 2; j++) {
-                const std::vector<uint8_t> &h = j == 0 ? e[size_t(i)].codes : e[size_t(i)].scales;
-                auto d = upload(h.data(), h.size());
-                if (!d) return d.status();
-                dev[i * 2 + j] = d.value();
-            }
+        DS41RT_RETURN_IF_ERROR(upload_slices(e, dev));
         L.I = int(e[0].out);
         // moe_expert holds w1, w3, w2 in that order.
         L.experts.push_back({dev[0], dev[1], dev[4], dev[5], dev[2], dev[3]});
@@ -127,13 +133,7 @@ Status gpu_experts::add_nvfp4_layer(int layer, int64_t D, float swiglu_limit,
                                                 " channels wide: the GPU's W4A4 GEMV takes whole 32-channel inputs "
                                                 "(choose a TP width whose slices are, or a CPU worker)");
         const uint8_t *dev[6];
-        for (int i = 0; i < 3; i++)
-            for (int j = 0; j < 2; j++) {
-                const std::vector<uint8_t> &h = j == 0 ? e[size_t(i)].codes : e[size_t(i)].scales;
-                auto d = upload(h.data(), h.size());
-                if (!d) return d.status();
-                dev[i * 2 + j] = d.value();
-            }
+        DS41RT_RETURN_IF_ERROR(upload_slices(e, dev));
         L.I = int(e[0].out);
         cuda::moe_nvfp4_expert x;
         x.w1 = dev[0], x.w1_scale = dev[1], x.w2 = dev[2], x.w2_scale = dev[3], x.w3 = dev[4], x.w3_scale = dev[5];

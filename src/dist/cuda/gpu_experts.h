@@ -83,6 +83,10 @@ private:
     gpu_experts() = default;
     // bytes of host memory copied to a device block this object owns (counted in device_bytes).
     Result<const uint8_t *> upload(const void *host, size_t bytes);
+    // An expert's three slices (MXFP4 or NVFP4) uploaded: dev = {w1 codes, w1 scales, w2 codes,
+    // w2 scales, w3 codes, w3 scales}.
+    template <class Slice>
+    Status upload_slices(const std::array<Slice, 3> &e, const uint8_t *(&dev)[6]);
     std::unique_ptr<impl> p_;
     size_t bytes_ = 0;
 };
