@@ -21,6 +21,7 @@
 #include "model/config.h"
 #include "model/synth.h"
 #include "tiny_synth.h"
+#include "worker_request.h"
 
 namespace ds41rt {
 namespace {
@@ -39,15 +40,7 @@ TEST(DummyWorker, SlicesAddUpToTheWholeExperts) {
     const int64_t D = cfg->dim;
     const int rows = 5;
     std::mt19937 rng(11);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::vector<float> x(static_cast<size_t>(rows * D));
-    for (float &v : x) v = nd(rng);
-    backend::cpu::route_table rt;
-    rt.offsets.push_back(0);
-    for (int s = 0; s < rows; s++) {
-        for (int k = 0; k < 2; k++) rt.routes.push_back({uint32_t((s * 3 + k * 5) % 8), 0.3f + 0.1f * k});
-        rt.offsets.push_back(uint32_t(rt.routes.size()));
-    }
+    const worker_rows in = two_route_rows_of(rng, rows, D, 8);
     auto answer = [&](int tp, int rank, std::vector<float> *out) {
         dist::Plan p;
         p.model_type = "deepseek_v41";
@@ -66,13 +59,9 @@ TEST(DummyWorker, SlicesAddUpToTheWholeExperts) {
         }
         auto w = dist::expert_worker::load_dummy(*cfg, p, rank, 0, 7);
         ASSERT_TRUE(w) << w.status().to_string();
-        dist::frame_header h;
-        h.placement_version = p.version();
-        h.layer = 3;
-        bool close_after = false;
-        auto r = dist::decode_response((*w)->handle(dist::encode_request(h, rt, x.data(), uint32_t(D)), &close_after));
+        auto r = worker_partial(**w, p, 3, false, in, D);
         ASSERT_TRUE(r) << r.status().to_string();
-        *out = r->partial;
+        *out = r.value();
     };
     std::vector<float> whole;
     answer(1, 0, &whole);

@@ -42,6 +42,7 @@
 #include "tie_free_prompt.h"
 #include "tiny_synth.h"
 #include "two_gpu_plan.h"
+#include "worker_request.h"
 
 namespace ds41rt {
 namespace {
@@ -135,29 +136,15 @@ TEST_F(GpuWorker, PartialsMatchTheCpuWorker) {
             for (int rows : {1, 6, 20}) {
                 const int64_t D = 64;
                 std::mt19937 rng(uint32_t(rows * 7 + tp));
-                std::normal_distribution<float> nd(0.0f, 1.0f);
-                std::vector<float> x(size_t(rows * D));
-                for (float &v : x) v = nd(rng);
-                backend::cpu::route_table rt;
-                rt.offsets.push_back(0);
-                for (int s = 0; s < rows; s++) {
-                    for (int k = 0; k < 2; k++) rt.routes.push_back({uint32_t((s * 3 + k * 5) % 8), 0.3f + 0.1f * k});
-                    rt.offsets.push_back(uint32_t(rt.routes.size()));
-                }
+                const worker_rows in = two_route_rows_of(rng, rows, D, 8);
                 for (int rank = 0; rank < tp; rank++) {
                     std::vector<float> got[2];
                     for (int dev : {-1, 0}) {
                         auto wk = dist::expert_worker::load(dir_.string(), plan, rank, dev);
                         ASSERT_TRUE(wk) << wk.status().to_string();
-                        dist::frame_header h;
-                        h.placement_version = plan.version();
-                        h.layer = 3;
-                        if (official) h.flags |= dist::FLAG_OFFICIAL;
-                        bool close_after = false;
-                        auto r = dist::decode_response(
-                            (*wk)->handle(dist::encode_request(h, rt, x.data(), uint32_t(D)), &close_after));
+                        auto r = worker_partial(**wk, plan, 3, official, in, D);
                         ASSERT_TRUE(r) << r.status().to_string();
-                        got[dev + 1] = r->partial;
+                        got[dev + 1] = r.value();
                     }
                     const double e = rel_max(got[0], got[1]);
                     bool finite = true;
@@ -205,11 +192,14 @@ TEST_F(GpuWorker, CoordinatorWithTwoGpuWorkersMatchesSingleProcess) {
     }
 }
 
-class GpuWorkerNvfp4 : public ::testing::Test {
+// The tiny model with its routed experts stored as Format::name (quantized_model.h), written once
+// per suite; skipped without a GPU.
+template <class Format>
+class quantized_suite : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
-        dir_ = fs::temp_directory_path() / ("ds41rt_gpu_worker_nvfp4_" + std::to_string(getpid()));
-        make_quantized_model(dir_, "nvfp4");
+        dir_ = fs::temp_directory_path() / (std::string("ds41rt_gpu_worker_") + Format::name + "_" + std::to_string(getpid()));
+        make_quantized_model(dir_, Format::name);
     }
     static void TearDownTestSuite() {
         fs::remove_all(dir_);
@@ -221,7 +211,13 @@ protected:
     }
     static fs::path dir_;
 };
-fs::path GpuWorkerNvfp4::dir_;
+template <class Format>
+fs::path quantized_suite<Format>::dir_;
+
+struct nvfp4_format {
+    static constexpr const char *name = "nvfp4";
+};
+using GpuWorkerNvfp4 = quantized_suite<nvfp4_format>;
 
 TEST_F(GpuWorkerNvfp4, PartialsMatchTheCpuWorker) {
     const int tp = 3;
@@ -230,28 +226,15 @@ TEST_F(GpuWorkerNvfp4, PartialsMatchTheCpuWorker) {
         for (int rows : {1, 6, 20}) {
             const int64_t D = 64;
             std::mt19937 rng(uint32_t(rows * 7 + tp));
-            std::normal_distribution<float> nd(0.0f, 1.0f);
-            std::vector<float> x(size_t(rows * D));
-            for (float &v : x) v = nd(rng);
-            backend::cpu::route_table rt;
-            rt.offsets.push_back(0);
-            for (int r = 0; r < rows; r++) {
-                for (int k = 0; k < 2; k++) rt.routes.push_back({uint32_t((r * 3 + k * 5) % 8), 0.3f + 0.1f * k});
-                rt.offsets.push_back(uint32_t(rt.routes.size()));
-            }
+            const worker_rows in = two_route_rows_of(rng, rows, D, 8);
             for (int rank = 0; rank < tp; rank++) {
                 std::vector<float> got[2];
                 for (int dev : {-1, 0}) {
                     auto wk = dist::expert_worker::load(dir_.string(), plan, rank, dev);
                     ASSERT_TRUE(wk) << wk.status().to_string();
-                    dist::frame_header h;
-                    h.placement_version = plan.version();
-                    h.layer = 3;
-                    if (official) h.flags |= dist::FLAG_OFFICIAL;
-                    bool close_after = false;
-                    auto r = dist::decode_response((*wk)->handle(dist::encode_request(h, rt, x.data(), uint32_t(D)), &close_after));
+                    auto r = worker_partial(**wk, plan, 3, official, in, D);
                     ASSERT_TRUE(r) << r.status().to_string();
-                    got[dev + 1] = r->partial;
+                    got[dev + 1] = r.value();
                 }
                 ASSERT_EQ(got[0].size(), size_t(rows * D));
                 ASSERT_EQ(got[1].size(), got[0].size());
@@ -319,23 +302,10 @@ TEST_F(GpuWorkerNvfp4, CpuCoordinatorWithThreeGpuWorkersMatchesThreeCpuWorkers) 
     EXPECT_EQ(greedy[0], greedy[1]);
 }
 
-class GpuWorkerExl3 : public ::testing::Test {
-protected:
-    static void SetUpTestSuite() {
-        dir_ = fs::temp_directory_path() / ("ds41rt_gpu_worker_exl3_" + std::to_string(getpid()));
-        make_quantized_model(dir_, "exl3");
-    }
-    static void TearDownTestSuite() {
-        fs::remove_all(dir_);
-        fs::remove_all(dir_.string() + "_src");
-    }
-    void SetUp() override {
-        auto d = backend::cuda::query_device(0);
-        if (!d) GTEST_SKIP() << d.status().to_string();
-    }
-    static fs::path dir_;
+struct exl3_format {
+    static constexpr const char *name = "exl3";
 };
-fs::path GpuWorkerExl3::dir_;
+using GpuWorkerExl3 = quantized_suite<exl3_format>;
 
 TEST_F(GpuWorkerExl3, PartialsMatchTheCpuWorker) {
     const int64_t D = 128;
@@ -349,26 +319,12 @@ TEST_F(GpuWorkerExl3, PartialsMatchTheCpuWorker) {
             for (bool official : {false, true})
                 for (int rows : {1, 6, 20}) {
                     std::mt19937 rng(uint32_t(rows * 7 + tp));
-                    std::normal_distribution<float> nd(0.0f, 1.0f);
-                    std::vector<float> x(size_t(rows * D));
-                    for (float &v : x) v = nd(rng);
-                    backend::cpu::route_table rt;
-                    rt.offsets.push_back(0);
-                    for (int r = 0; r < rows; r++) {
-                        for (int k = 0; k < 2; k++) rt.routes.push_back({uint32_t((r * 3 + k * 5) % 8), 0.3f + 0.1f * k});
-                        rt.offsets.push_back(uint32_t(rt.routes.size()));
-                    }
+                    const worker_rows in = two_route_rows_of(rng, rows, D, 8);
                     std::vector<float> got[2];
                     for (int i = 0; i < 2; i++) {
-                        dist::frame_header h;
-                        h.placement_version = plan.version();
-                        h.layer = 3;
-                        if (official) h.flags |= dist::FLAG_OFFICIAL;
-                        bool close_after = false;
-                        auto r = dist::decode_response(
-                            (i ? *gpu : *cpu)->handle(dist::encode_request(h, rt, x.data(), uint32_t(D)), &close_after));
+                        auto r = worker_partial(i ? **gpu : **cpu, plan, 3, official, in, D);
                         ASSERT_TRUE(r) << r.status().to_string();
-                        got[i] = r->partial;
+                        got[i] = r.value();
                     }
                     ASSERT_EQ(got[0].size(), size_t(rows * D));
                     ASSERT_EQ(got[1].size(), got[0].size());

@@ -36,6 +36,7 @@
 #include "experts/from_plan.h"
 #include "model/synth.h"
 #include "tiny_synth.h"
+#include "worker_request.h"
 
 namespace ds41rt {
 namespace {
@@ -362,15 +363,9 @@ TEST_F(RemoteExperts, Tp3ReducesInRankOrder) {
 
     const int64_t S = 6, D = c.dim;
     std::mt19937 rng(5);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::vector<float> x(size_t(S * D));
-    for (float &v : x) v = nd(rng);
-    backend::cpu::route_table rt;
-    rt.offsets.push_back(0);
-    for (int64_t s = 0; s < S; s++) {
-        for (int k = 0; k < 2; k++) rt.routes.push_back({uint32_t((s * 3 + k * 5) % c.n_routed_experts), 0.3f + 0.1f * k});
-        rt.offsets.push_back(uint32_t(rt.routes.size()));
-    }
+    const worker_rows in = two_route_rows_of(rng, S, D, uint32_t(c.n_routed_experts));
+    const std::vector<float> &x = in.x;
+    const backend::cpu::route_table &rt = in.rt;
     backend::cpu::expert_numerics nm;
     nm.act_block = c.fp8_block_in;
     nm.swiglu_limit = c.swiglu_limit;
@@ -382,13 +377,9 @@ TEST_F(RemoteExperts, Tp3ReducesInRankOrder) {
     for (int w = 0; w < 3; w++) {
         auto wk = dist::expert_worker::load(dir_.string(), plan, w);
         ASSERT_TRUE(wk) << wk.status().to_string();
-        dist::frame_header h;
-        h.placement_version = plan.version();
-        h.layer = 3;
-        bool close_after = false;
-        auto r = dist::decode_response((*wk)->handle(dist::encode_request(h, rt, x.data(), uint32_t(D)), &close_after));
+        auto r = worker_partial(**wk, plan, 3, false, in, D);
         ASSERT_TRUE(r) << r.status().to_string();
-        by_worker[size_t(w)] = r->partial;
+        by_worker[size_t(w)] = r.value();
     }
     std::vector<float> rank_order = by_worker[2], worker_order = by_worker[0];
     for (size_t j = 0; j < rank_order.size(); j++) {
