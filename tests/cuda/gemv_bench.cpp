@@ -2,7 +2,9 @@
 // a fraction of the device-to-device copy rate measured in the same run.
 //
 // Usage: ds41rt_cuda_bench OUT_DIR [quick]   (writes OUT_DIR/gemv.json and OUT_DIR/gemv.md;
-// quick: official numerics at M = 1 and 16 only, for comparing kernel variants)
+// quick: official numerics at M = 1 and 16 only, for comparing kernel variants; quick-l2: the
+// same with one copy of each weight set, so the timed launches find their weights in L2: what
+// a launch would take if its weights had been prefetched there while earlier kernels ran)
 //        ds41rt_cuda_bench OUT_DIR gemv-sweep  (writes OUT_DIR/gemv-sweep.md / .json: every
 // gemv_tuning of a grid over the V4.1 decode launches, official numerics, M = 1 and 16; prints
 // the tunings ranked by the summed M = 1 time of one layer's launches)
@@ -78,7 +80,9 @@ struct result {
 };
 
 // One set of matrices uploaded several times over: enough copies of the whole set that a
-// rotation exceeds L2 several times, so a timed launch never finds its weights there.
+// rotation exceeds L2 several times, so a timed launch never finds its weights there (one copy
+// under quick-l2).
+bool g_l2_hot = false;
 struct weight_set {
     std::vector<mat_spec> specs;
     std::vector<std::vector<cuda::gemv_matrix>> copies;  // per copy, x / y / M left to the timing
@@ -94,7 +98,7 @@ struct weight_set {
             set_bytes += qs.back().w.size() + qs.back().scale.size();
             maxK = std::max(maxK, m.K), sumN += m.N;
         }
-        const int n = int(std::max<size_t>(2, size_t(4 * dev.l2_bytes) / set_bytes + 1));
+        const int n = g_l2_hot ? 1 : int(std::max<size_t>(2, size_t(4 * dev.l2_bytes) / set_bytes + 1));
         for (int c = 0; c < n; c++) {
             std::vector<cuda::gemv_matrix> mats;
             for (size_t i = 0; i < specs.size(); i++) {
@@ -350,7 +354,8 @@ int main(int argc, char **argv) {
     std::vector<result> rs;
     // xF32: reference numerics (fp32 x through fp16 hi + lo). xFP8: official numerics (x quantized
     // to E4M3 per 32 / 128 channels, the production path).
-    const bool quick = argc > 2 && std::string(argv[2]) == "quick";
+    g_l2_hot = argc > 2 && std::string(argv[2]) == "quick-l2";
+    const bool quick = argc > 2 && (std::string(argv[2]) == "quick" || g_l2_hot);
     for (int act : {32, 0}) {
         if (quick && act == 0) continue;
         const int act4 = act ? 128 : 0;  // V4's activation blocks

@@ -2,7 +2,8 @@
 """One decode step's kernels from an Nsight Compute CSV (ncu --csv --metrics
 gpu__time_duration.sum over `ds41rt bench`): the launches from the last embedding gather (a
 step's first kernel) to the end, summed by kernel name, largest first. Kernel time only: the
-gaps between launches are not in it. Usage: kernel_table.py ncu.csv [N]"""
+gaps between launches are not in it. Usage: kernel_table.py ncu.csv [N] [--sequence]
+(--sequence: also every launch of the step in issue order, with its time)"""
 import csv
 import sys
 from collections import defaultdict
@@ -21,6 +22,9 @@ for n, us in launches[start:]:
     cnt[n] += 1
 allt = sum(tot.values())
 print(f"{'kernel':64} {'total us':>9} {'launches':>8} {'mean us':>8} {'share':>6}")
-for n in sorted(tot, key=tot.get, reverse=True)[: int(sys.argv[2]) if len(sys.argv) > 2 else 40]:
+for n in sorted(tot, key=tot.get, reverse=True)[: int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].isdigit() else 40]:
     print(f"{n:64} {tot[n]:9.1f} {cnt[n]:8d} {tot[n] / cnt[n]:8.2f} {100 * tot[n] / allt:5.1f}%")
 print(f"one step: {allt:.1f} us of kernels in {sum(cnt.values())} launches")
+if "--sequence" in sys.argv:
+    for i, (n, us) in enumerate(launches[start:]):
+        print(f"{i:4d} {n:64} {us:8.2f}")

@@ -29,10 +29,19 @@
 //    exactly; E2M1 is placed in fp16 bits as value * 2^-14, the 2^14 folded into the scale).
 //    |x| must stay below fp16's 65504 (activations after RMSNorm do).
 //  - official (act_block = 32 or 128): x is quantized to E4M3 per act_block channels with a
-//    power-of-two scale exactly as backend/cpu fake_quant_fp8_ue8m0 does (DeepSeek's act_quant),
-//    and one mma.m16n8k32.e4m3 takes the FP8 weight bytes as they are stored; MXFP4 codes become
-//    E4M3 bytes equal to value * 2^-6 in 9 integer ops per 8 codes (the 2^6 goes to the scale).
-//    Products are exact; the sums are fp32.
+//    power-of-two scale exactly as backend/cpu fake_quant_fp8_ue8m0 does (DeepSeek's act_quant);
+//    the FP8 weight bytes as stored and x's E4M3 bytes convert exactly to fp16 for two
+//    mma.m16n8k16 per 32-k block (what mma.m16n8k32.e4m3 compiles to on Hopper, less its fp32
+//    add of the accumulator input); MXFP4 codes become E4M3 bytes equal to value * 2^-6 in 9
+//    integer ops per 8 codes first (the 2^6 goes to the scale). Products are exact; the sums are
+//    fp32.
+//
+// Instructions: the MXFP4 item is bound by issue, not bytes (ncu, H200, 2026-12-01: 93 warp
+// instructions per 32-k block of 16 rows, 2.8 weight bytes each, issue 49% busy, 30% of DRAM).
+// Each scale decode was a branch (E8M0's 0 and 0xff cases) and each activation scale load did
+// 64-bit index arithmetic with a run-time shift; both are gone (selects; the activation scales
+// stored per 32-k block at a fixed stride; MXFP4 ring scales four to a 4-byte read), and the
+// MMA pair starts from zero: six experts' w1 + w3 at M = 1 took 53.6 -> 47.5 us.
 //
 // Bytes in flight (ptxas, sm_90a, CUDA 13): the official FP8 M <= 8 instance uses 72 registers
 // and 30 KB of ring per 4-warp block, so 7 blocks (28 warps) fit an SM by either limit; a warp
@@ -94,8 +103,11 @@ __global__ void split_x_kernel(const __grid_constant__ split_batch b) {
 // (ptxas, official MXFP4 M <= 8: 96 -> 80; reference FP8 M > 8: 88 -> 102), and with it the
 // occupancy the default plan is sized by. L2HINT: gemv_tuning::l2_hint (cp_async16); same
 // registers as without.
+// Official MXFP4 at two token tiles is held to 128 registers (4 blocks per SM): left free, ptxas
+// took 132 (3 blocks) and six experts' w1 + w3 at M = 16 ran in 90 us; at 128, 67 us (H200,
+// 2026-12-01).
 template <bool FP4, bool X8, int NT, bool WALK, bool L2HINT>  // NT: token tiles of 8 (M <= 8 * NT)
-__global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const __grid_constant__ batch b) {
+__global__ void __launch_bounds__(WARPS * 32, FP4 && X8 && NT == 2 ? 4 : 0) gemv_kernel(const __grid_constant__ batch b) {
     const int first = blockIdx.x * WARPS + (threadIdx.x >> 5), stride = gridDim.x * WARPS;
     for (int item = first; item < b.items; item += stride) {  // uniform across the warp
         int j = 0;
@@ -131,7 +143,7 @@ int group_of(const gemv_matrix &m) { return (m.fp4 ? 1 : 0) + (m.act_block ? 2 :
 
 size_t split_bytes(const gemv_matrix &m) {
     if (m.act_block == 0) return align256(size_t(m.M) * m.K * 4);
-    return align256(size_t(m.M) * m.K) + align256(size_t(m.K / m.act_block) * SX_TOKENS * 4);
+    return align256(size_t(m.M) * m.K * X8_BYTES) + align256(size_t(m.K / 32) * SX_TOKENS * 4);
 }
 
 // Blocks of a kernel instance that fit on one SM (registers and shared memory), queried once;
@@ -234,7 +246,7 @@ Status run_gemv(const gemv_plan &plan, void *workspace, cudaStream_t stream) {
         reinterpret_cast<float *>(ws + std::max(layout.counters_bytes(), splitk::align256(plan.tuning.counters_reserve)));
     auto sx_of = [&](size_t i) {
         const gemv_matrix &m = plan.mats[i];
-        return reinterpret_cast<float *>(ws + plan.x_offset[i] + align256(size_t(m.M) * m.K));
+        return reinterpret_cast<float *>(ws + plan.x_offset[i] + align256(size_t(m.M) * m.K * X8_BYTES));
     };
 
     // Split (or quantize) every distinct x once.
@@ -274,13 +286,9 @@ Status run_gemv(const gemv_plan &plan, void *workspace, cudaStream_t stream) {
             J.sx = m.act_block ? sx_of(i) : nullptr;
             J.N = m.N, J.K = m.K, J.M = m.M;
             J.scols = m.fp4 ? m.K / 32 : (m.K + m.block_in - 1) / m.block_in;
-            J.sshift = m.act_block ? log2_exact(m.act_block / 32) : 0;
+            J.sshift = 0;
             if (!m.fp4) {
                 J.row_block_shift = log2_exact(m.block_out / 16);
-                // FP8 weight scales and official activation scales share the k32 >> shift index
-                // only when their blocks agree; V4.1 (32/32) and V4 (128/128) both do.
-                if (m.act_block && m.act_block != m.block_in)
-                    return Status::not_supported("gemv: FP8 block_in must equal act_block in official numerics");
                 J.sshift = log2_exact(m.block_in / 32);
             }
             J.round_out = m.round_bf16_out;

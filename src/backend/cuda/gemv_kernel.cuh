@@ -33,7 +33,8 @@ constexpr int STAGE_BYTES = 16 * PITCH_FP8;
 constexpr int FP4_SCALE_OFF = 16 * PITCH_FP4, FP4_SCALES = CHUNK / 16;
 static_assert(FP4_SCALE_OFF + 16 * FP4_SCALES <= STAGE_BYTES, "MXFP4 scales must fit in the stage");
 constexpr int SMEM_BYTES = WARPS * STAGES * STAGE_BYTES;
-constexpr int SX_TOKENS = 16;  // official mode: per-token activation scales, [act block][16]
+constexpr int SX_TOKENS = 16;  // official mode: per-token activation scales, [K / 32][16]
+constexpr int X8_BYTES = 1;    // official mode's split x per channel: the E4M3 byte
 
 struct job {
     const uint8_t *w, *scale;
@@ -42,7 +43,7 @@ struct job {
     float *y, *partials;
     unsigned *counters;
     int N, K, M;
-    int scols, sshift;  // FP8: scale columns, log2(block_in / 32); official: log2(act_block / 32)
+    int scols, sshift;  // FP8: scale columns, log2(block_in / 32)
     int row_block_shift; // FP8: log2(block_out / 16)
     int ksplit, kb_per_split, item_begin;
     bool round_out;      // y rounded to bf16 where it is written (gemv_matrix::round_bf16_out)
@@ -60,6 +61,13 @@ __device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *reinterpret_cas
 __device__ __forceinline__ uint32_t fp8x2_to_h2(uint32_t two) {
     __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two & 0xffffu), __NV_E4M3);
     return uint32_t(h.x) | (uint32_t(h.y) << 16);
+}
+// Four E4M3 bytes as two fp16 pairs (bytes 0-1, bytes 2-3): the halves of w feed the
+// conversions directly (F2FP reads .H1), where fp8x2_to_h2(w >> 16) costs a shift first.
+__device__ __forceinline__ void fp8x4_to_h2x2(uint32_t w, uint32_t &lo, uint32_t &hi) {
+    asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\tcvt.rn.f16x2.e4m3x2 %1, h;\n\t}"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w));
 }
 
 // Byte b (= codes 2b, 2b+1 of a 4-byte word w) as an fp16 pair equal to value * 2^-14: the sign
@@ -83,11 +91,6 @@ __device__ __forceinline__ void e2m1x8_to_e4m3(uint32_t w, uint32_t &lo, uint32_
 
 __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
@@ -118,8 +121,10 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 //  reference: for each 4 consecutive k, one 16-byte word {hi(k, k+1), hi(k+2, k+3), lo(k, k+1),
 //    lo(k+2, k+3)}: word r of a row holds k = 4r = (k block r / 8, lane slot (r % 8) / 2, half
 //    r % 2), exactly the 4 k a thread feeds one m16n8k16, so B fragments are one 16-byte load.
-//  official: E4M3 bytes in natural order (a thread's 8 bytes at 8q are its m16n8k32 B fragment)
-//    and the scales transposed to [act block][SX_TOKENS], so a thread's two tokens are adjacent.
+//  official: E4M3 bytes in natural order (a thread's 8 bytes at 8q become the B fragments of
+//    both m16n8k16 of a 32-k block); the scales transposed to [K / 32][SX_TOKENS], so a thread's
+//    two tokens are adjacent, and repeated for each 32-k block of a larger act_block, so the
+//    kernels index them by k block at a fixed stride.
 struct split_job {
     const float *x;
     void *xs;
@@ -163,7 +168,7 @@ __device__ __forceinline__ void split_x_rows(const split_job &J, int tid, int nt
             const float v = fminf(fmaxf(p[k] * inv, -448.0f), 448.0f);
             xq[size_t(m) * J.K + size_t(blk) * J.act_block + k] = dev::e4m3_code(v);
         }
-        if (lane == 0) J.sx[blk * SX_TOKENS + m] = s;
+        if (lane < J.act_block / 32) J.sx[(blk * (J.act_block / 32) + lane) * SX_TOKENS + m] = s;
     }
 }
 
@@ -172,7 +177,7 @@ __device__ __forceinline__ void split_x_rows(const split_job &J, int tid, int nt
 // Official mode's per-k-block operands besides the weights, loaded ahead of the weight wait.
 template <int NT>
 struct x8_operands {
-    uint2 x[NT];    // this thread's 8 E4M3 bytes of token nt * 8 + g
+    uint2 x[NT];    // this thread's 8 E4M3 bytes of token nt * 8 + g: k 8q .. 8q+7 of the block
     float2 sx[NT];  // activation scales of tokens nt * 8 + 2q, 2q + 1
 };
 
@@ -188,51 +193,49 @@ __device__ __forceinline__ x8_operands<NT> load_x8(const uint2 *xrow, const floa
     return o;
 }
 
+// Official mode. Weights and x become fp16 (E4M3 converts exactly; MXFP4 codes first become E4M3
+// bytes equal to value * 2^-6) for two m16n8k16: k 8q .. 8q+3 of each row in the first, 8q+4 ..
+// 8q+7 in the second. Hopper has no FP8 mma.sync: ptxas lowers m16n8k32.e4m3 to the same two
+// HMMA and conversions plus an fp32 add of the accumulator input, which a pair that starts from
+// zero does not need. (x kept as fp16 in memory would save its 4 conversions a tile, but doubles
+// its loads and registers: at M = 16 the MXFP4 experts then ran 68 -> 102 us, H200 2026-12-01.)
 template <bool FP4, int NT>
 __device__ __forceinline__ void kblock_x8(uint2 la, uint2 lb, float sa, float sb, const x8_operands<NT> &o,
                                           float (&acc)[NT][4]) {
-    uint32_t a[4];
+    uint32_t wa0, wa1, wb0, wb1;  // E4M3 bytes of k 8q .. 8q+3 and 8q+4 .. 8q+7, rows ra and rb
     if constexpr (FP4) {
-        e2m1x8_to_e4m3(la.x, a[0], a[2]);
-        e2m1x8_to_e4m3(lb.x, a[1], a[3]);
+        e2m1x8_to_e4m3(la.x, wa0, wa1);
+        e2m1x8_to_e4m3(lb.x, wb0, wb1);
     } else {
-        a[0] = la.x, a[2] = la.y, a[1] = lb.x, a[3] = lb.y;
+        wa0 = la.x, wa1 = la.y, wb0 = lb.x, wb1 = lb.y;
+    }
+    float d[NT][4] = {};
+    uint32_t a[4];  // a[0], a[2]: row ra; a[1], a[3]: row rb; first k 8q .. 8q+3, then 8q+4 .. 8q+7
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        fp8x4_to_h2x2(h ? wa1 : wa0, a[0], a[2]);
+        fp8x4_to_h2x2(h ? wb1 : wb0, a[1], a[3]);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            uint32_t b[2];
+            fp8x4_to_h2x2(h ? o.x[nt].y : o.x[nt].x, b[0], b[1]);
+            mma_f16(d[nt], a, b[0], b[1]);
+        }
     }
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        float d[4] = {};
-        mma_e4m3(d, a, o.x[nt].x, o.x[nt].y);
-        acc[nt][0] += d[0] * (sa * o.sx[nt].x), acc[nt][1] += d[1] * (sa * o.sx[nt].y);
-        acc[nt][2] += d[2] * (sb * o.sx[nt].x), acc[nt][3] += d[3] * (sb * o.sx[nt].y);
+        acc[nt][0] += d[nt][0] * (sa * o.sx[nt].x), acc[nt][1] += d[nt][1] * (sa * o.sx[nt].y);
+        acc[nt][2] += d[nt][2] * (sb * o.sx[nt].x), acc[nt][3] += d[nt][3] * (sb * o.sx[nt].y);
     }
 }
 
 template <bool FP4, bool X8, int NT>
 __device__ __forceinline__ void kblock(uint2 la, uint2 lb, float sa, float sb, const void *xrow, const float *sxrow,
                                        int xstride, int M, int g, int q, float (&acc)[NT][4]) {
-    float d[NT][4] = {};
     if constexpr (X8) {
-        uint32_t a[4];
-        if constexpr (FP4) {
-            e2m1x8_to_e4m3(la.x, a[0], a[2]);
-            e2m1x8_to_e4m3(lb.x, a[1], a[3]);
-        } else {
-            a[0] = la.x, a[2] = la.y, a[1] = lb.x, a[3] = lb.y;
-        }
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            const int m = nt * 8 + g;
-            uint2 xv = make_uint2(0, 0);
-            if (m < M) xv = __ldg(static_cast<const uint2 *>(xrow) + size_t(m) * xstride);
-            mma_e4m3(d[nt], a, xv.x, xv.y);
-        }
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            const float2 sx = *reinterpret_cast<const float2 *>(sxrow + nt * 8 + 2 * q);
-            acc[nt][0] += d[nt][0] * (sa * sx.x), acc[nt][1] += d[nt][1] * (sa * sx.y);
-            acc[nt][2] += d[nt][2] * (sb * sx.x), acc[nt][3] += d[nt][3] * (sb * sx.y);
-        }
+        kblock_x8<FP4, NT>(la, lb, sa, sb, load_x8<NT>(static_cast<const uint2 *>(xrow), sxrow, xstride, M, g, q), acc);
     } else {
+        float d[NT][4] = {};
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             uint32_t a[4];
@@ -341,10 +344,12 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
     } else {
         scale_a = scale_b = J.scale + size_t(tile >> J.row_block_shift) * J.scols;
     }
-    const int xstride = X8 ? K / 8 : K / 4;  // in uint2 (official) or uint4 (reference) words
-    const void *xbase = X8 ? static_cast<const void *>(static_cast<const uint2 *>(J.xs) + q)
-                           : static_cast<const void *>(static_cast<const uint4 *>(J.xs) + 2 * q);
-    const float fold = FP4 ? (X8 ? 64.0f : 16384.0f) : 1.0f;  // the decode tricks' 2^6 / 2^14
+    // x rows in words: official 32-k blocks of 4 8-byte words (E4M3), reference of 8 16-byte
+    // words (fp16 hi / lo pairs).
+    constexpr int X_WORDS = X8 ? 4 : 8;
+    const int xstride = K / 32 * X_WORDS;
+    const uint8_t *xbase = static_cast<const uint8_t *>(J.xs) + (X8 ? 8 * q : 32 * q);
+    constexpr int FOLD = X8 ? 6 : 14;  // MXFP4: the decode tricks' 2^6 / 2^14, folded into the scale
 
     float acc[NT][4] = {};
     for (int s = 0; s < nstage; s++) {
@@ -362,20 +367,27 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
         auto scale_of = [&](int k32, float &sa, float &sb) {
             if constexpr (FP4) {
                 if (ring_scales) {  // only after the stage's wait
-                    sa = dev::e8m0_value(st[FP4_SCALE_OFF + g * FP4_SCALES + (k32 - kb)]) * fold;
-                    sb = dev::e8m0_value(st[FP4_SCALE_OFF + (g + 8) * FP4_SCALES + (k32 - kb)]) * fold;
+                    sa = dev::e8m0_value_pow2<FOLD>(st[FP4_SCALE_OFF + g * FP4_SCALES + (k32 - kb)]);
+                    sb = dev::e8m0_value_pow2<FOLD>(st[FP4_SCALE_OFF + (g + 8) * FP4_SCALES + (k32 - kb)]);
                 } else {
-                    sa = dev::e8m0_value(__ldg(scale_a + k32)) * fold;
-                    sb = dev::e8m0_value(__ldg(scale_b + k32)) * fold;
+                    sa = dev::e8m0_value_pow2<FOLD>(__ldg(scale_a + k32));
+                    sb = dev::e8m0_value_pow2<FOLD>(__ldg(scale_b + k32));
                 }
             } else {
                 sa = sb = dev::e8m0_value(__ldg(scale_a + (k32 >> J.sshift)));
             }
         };
-        auto xrow_of = [&](int k32) {
-            return X8 ? static_cast<const void *>(static_cast<const uint2 *>(xbase) + size_t(k32) * 4)
-                      : static_cast<const void *>(static_cast<const uint4 *>(xbase) + size_t(k32) * 8);
+        // Four ring scales of each row (k blocks g0 .. g0+3 of the stage) from one 4-byte read.
+        auto ring_scales4 = [&](int g0, float (&sa)[4], float (&sb)[4]) {
+            const uint32_t wa = *reinterpret_cast<const uint32_t *>(st + FP4_SCALE_OFF + g * FP4_SCALES + g0);
+            const uint32_t wb = *reinterpret_cast<const uint32_t *>(st + FP4_SCALE_OFF + (g + 8) * FP4_SCALES + g0);
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                sa[u] = dev::e8m0_value_pow2<FOLD>(__byte_perm(wa, 0, 0x4440 + u));
+                sb[u] = dev::e8m0_value_pow2<FOLD>(__byte_perm(wb, 0, 0x4440 + u));
+            }
         };
+        auto xrow_of = [&](int k32) { return static_cast<const void *>(xbase + k32 * X_WORDS * (X8 ? 8 : 16)); };
         if (kb + KPS <= kb1) {
             // A full stage, in groups of 4 k blocks: the scales (and in official mode x) do not come
             // through the ring, so the first group's are requested before waiting on it and their
@@ -391,15 +403,13 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
                     x8_operands<NT> o[4];
 #pragma unroll
                     for (int u = 0; u < 4; u++)
-                        o[u] = load_x8<NT>(static_cast<const uint2 *>(xrow_of(kb + g0 + u)),
-                                           J.sx + ((kb + g0 + u) >> J.sshift) * SX_TOKENS, xstride, M, g, q);
+                        o[u] = load_x8<NT>(static_cast<const uint2 *>(xrow_of(kb + g0 + u)), J.sx + (kb + g0 + u) * SX_TOKENS,
+                                           xstride, M, g, q);
                     if (g0 == 0) {
                         cp_async_wait<STAGES - 2>();
                         __syncwarp();
                     }
-                    if (!early)
-#pragma unroll
-                        for (int u = 0; u < 4; u++) scale_of(kb + g0 + u, sa[u], sb[u]);
+                    if (!early) ring_scales4(g0, sa, sb);
 #pragma unroll
                     for (int u = 0; u < 4; u++) {
                         uint2 la, lb;
@@ -411,9 +421,7 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
                         cp_async_wait<STAGES - 2>();
                         __syncwarp();
                     }
-                    if (!early)
-#pragma unroll
-                        for (int u = 0; u < 4; u++) scale_of(kb + g0 + u, sa[u], sb[u]);
+                    if (!early) ring_scales4(g0, sa, sb);
 #pragma unroll
                     for (int u = 0; u < 4; u++) {
                         uint2 la, lb;
@@ -430,7 +438,7 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
                 float sa, sb;
                 weights(u, la, lb);
                 scale_of(kb + u, sa, sb);
-                kblock<FP4, X8, NT>(la, lb, sa, sb, xrow_of(kb + u), X8 ? J.sx + ((kb + u) >> J.sshift) * SX_TOKENS : nullptr,
+                kblock<FP4, X8, NT>(la, lb, sa, sb, xrow_of(kb + u), X8 ? J.sx + (kb + u) * SX_TOKENS : nullptr,
                                     xstride, M, g, q, acc);
             }
         }

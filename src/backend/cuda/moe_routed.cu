@@ -33,8 +33,8 @@
 //
 // x for the GEMVs is split (or quantized) per slot row straight from x [B, D] (no gathered fp32
 // copy): the split / quantization is per row, so slot s gets the bits run_moe_decode's gathered
-// row would. Each expert's activation scales (official: [D / act_block][16]; NVFP4: the per-row
-// multipliers) live in a per-job region, at the row's position in its group.
+// row would. Each expert's activation scales (official: [D / 32][16], repeated per 32-k block;
+// NVFP4: the per-row multipliers) live in a per-job region, at the row's position in its group.
 //
 // Numerics: moe_numerics.cuh (the same source as run_moe_decode's kernels); see moe_decode.cu.
 // Invariants: B <= 16, B * K <= 128, D and I multiples of 32, x 16-byte aligned, out != x.
@@ -205,8 +205,8 @@ __device__ __forceinline__ void split_row(const routed_params &p, int s, bool do
         if (c1 < 0) c1 = Kd;
         gd::split_job J;
         J.x = src + c0, J.M = 1, J.K = c1 - c0, J.act_block = MODE == OFFICIAL ? p.act_block : 0;
-        J.xs = xs + (size_t(s) * Kd + c0) * (MODE == OFFICIAL ? 1 : 4);
-        J.sx = MODE == OFFICIAL ? sx + (size_t(u) * (Kd / p.act_block) + c0 / p.act_block) * gd::SX_TOKENS + m : nullptr;
+        J.xs = xs + (size_t(s) * Kd + c0) * (MODE == OFFICIAL ? gd::X8_BYTES : 4);
+        J.sx = MODE == OFFICIAL ? sx + (size_t(u) * (Kd / 32) + c0 / 32) * gd::SX_TOKENS + m : nullptr;
         gd::split_x_rows(J, tid, nthreads);
     }
 }
@@ -254,14 +254,14 @@ __global__ void __launch_bounds__(WARPS * 32, mxfp4_min_blocks(NT))
     gd::job J;
     J.w = m.which == 0 ? m.X->w1 : m.which == 1 ? m.X->w3 : m.X->w2;
     J.scale = m.which == 0 ? m.X->w1_scale : m.which == 1 ? m.X->w3_scale : m.X->w2_scale;
-    J.xs = (down ? p.xs_down : p.xs_up) + size_t(m.off) * m.K * (X8 ? 1 : 4);
-    J.sx = X8 ? (down ? p.sx_down : p.sx_up) + size_t(m.u) * (m.K / p.act_block) * gd::SX_TOKENS : nullptr;
+    J.xs = (down ? p.xs_down : p.xs_up) + size_t(m.off) * m.K * (X8 ? gd::X8_BYTES : 4);
+    J.sx = X8 ? (down ? p.sx_down : p.sx_up) + size_t(m.u) * (m.K / 32) * gd::SX_TOKENS : nullptr;
     J.y = down ? p.ye + size_t(m.off) * p.D : (m.which ? p.up : p.gate) + size_t(m.off) * p.I;
     J.partials = (down ? p.partials_down : p.partials_up) + size_t(m.mat) * tiles * ks * SLOT;
     J.counters = (down ? p.counters_down : p.counters_up) + size_t(m.mat) * tiles;
     J.N = m.N, J.K = m.K, J.M = m.M;
     J.scols = m.K / 32;
-    J.sshift = X8 ? 31 - __clz(p.act_block / 32) : 0;
+    J.sshift = 0;
     J.row_block_shift = 0;
     J.ksplit = ks;
     J.kb_per_split = ((m.K / 32 + ks - 1) / ks + KPS - 1) / KPS * KPS;  // as run_gemv
@@ -433,8 +433,8 @@ Result<moe_routed_plan> plan_moe_routed(const device_info &dev, const moe_layer 
     // Workspace layout: [routing][xs up][sx up][xs down][sx down][gate][up][h][ye][counters up]
     // [counters down][partials up][partials down].
     const size_t R = size_t(B) * K, U = size_t(plan.u_max);
-    const size_t x_elem = nvfp4 ? 2 : ab ? 1 : 4;
-    auto sx_bytes = [&](int Kd) { return nvfp4 ? U * 16 * 4 : ab ? U * (Kd / ab) * gd::SX_TOKENS * 4 : 4; };
+    const size_t x_elem = nvfp4 ? 2 : ab ? gd::X8_BYTES : 4;
+    auto sx_bytes = [&](int Kd) { return nvfp4 ? U * 16 * 4 : ab ? U * (Kd / 32) * gd::SX_TOKENS * 4 : 4; };
     size_t off = 0;
     auto take = [&](size_t bytes) {
         const size_t at = off;

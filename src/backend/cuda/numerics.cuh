@@ -22,9 +22,23 @@ __device__ __forceinline__ float pow2_ceil(float v) {
 __device__ __forceinline__ uint8_t e8m0_code(float pow2) { return uint8_t(__float_as_uint(pow2) >> 23); }
 // Decode as core e8m0_to_f32 does for every code: 2^(code - 127), code 0 being the subnormal
 // 2^-127 (checkpoint scales may hold it) and 0xff NaN.
-__device__ __forceinline__ float e8m0_value(uint8_t code) {
-    if (code == 0xff) return __int_as_float(0x7fc00000);
-    return code == 0 ? __int_as_float(0x00400000) : __int_as_float(uint32_t(code) << 23);
+// Selects, not branches: decode kernels run this per weight block (a branch per scale cost the
+// MXFP4 GEMV ~10 instructions and a reconvergence each, ncu 2026-12-01).
+__device__ __forceinline__ float e8m0_value(uint32_t code) {
+    uint32_t bits = code << 23;
+    bits = code == 0 ? 0x00400000u : bits;
+    bits = code == 0xff ? 0x7fc00000u : bits;
+    return __uint_as_float(bits);
+}
+// e8m0_value(code) * 2^E exactly (1 <= E <= 127), with the same NaN for 0xff: the exponent
+// field is code + E, saturating to inf where the product overflows. Code 0 needs no special case
+// (2^-127 * 2^E is normal).
+template <int E>
+__device__ __forceinline__ float e8m0_value_pow2(uint32_t code) {
+    static_assert(E >= 1 && E <= 127, "E8M0 fold: 1..127");
+    uint32_t bits = min(code + uint32_t(E), 255u) << 23;
+    bits = code == 0xff ? 0x7fc00000u : bits;
+    return __uint_as_float(bits);
 }
 
 // bf16 round to nearest even (core round_bf16): __float2bfloat16_rn is cvt.rn.bf16.f32.
