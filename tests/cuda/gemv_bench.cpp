@@ -3,8 +3,9 @@
 //
 // Usage: ds41rt_cuda_bench OUT_DIR [quick]   (writes OUT_DIR/gemv.json and OUT_DIR/gemv.md;
 // quick: official numerics at M = 1 and 16 only, for comparing kernel variants; quick-l2: the
-// same with one copy of each weight set, so the timed launches find their weights in L2: what
-// a launch would take if its weights had been prefetched there while earlier kernels ran)
+// same with one copy of each weight set launched over and over, so the timed launches find their
+// weights in L2: what a launch would take had they been prefetched there while earlier kernels
+// ran)
 //        ds41rt_cuda_bench OUT_DIR gemv-sweep  (writes OUT_DIR/gemv-sweep.md / .json: every
 // gemv_tuning of a grid over the V4.1 decode launches, official numerics, M = 1 and 16; prints
 // the tunings ranked by the summed M = 1 time of one layer's launches)
@@ -115,6 +116,9 @@ struct weight_set {
             }
             copies.push_back(std::move(mats));
         }
+        // quick-l2: the one copy eight times over, so a replayed graph still holds several
+        // launches (a graph of one launch would time the graph launch, not the kernel).
+        while (g_l2_hot && copies.size() < 8) copies.push_back(copies.front());
     }
     ~weight_set() {
         for (void *p : allocs) cudaFree(p);
