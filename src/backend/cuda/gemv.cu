@@ -200,10 +200,13 @@ Result<gemv_plan> plan_gemv(const device_info &dev, const std::vector<gemv_matri
             return Status::not_supported(what + ": FP8 scale blocks must be 16 or 32 x 2^i rows and 32 x 2^i columns");
         if (m.act_block != 0 && (m.act_block % 32 != 0 || log2_exact(m.act_block / 32) < 0 || m.K % m.act_block != 0))
             return Status::not_supported(what + ": activation blocks must be 32 x 2^i channels dividing K");
+        if (m.split.xs && (!m.split.sx || m.act_block == 0))
+            return Status::invalid_argument(what + ": a split x needs its scales and official numerics (act_block)");
         for (size_t k = 0; k < i; k++)
-            if (mats[k].x == m.x && (mats[k].M != m.M || mats[k].K != m.K || mats[k].act_block != m.act_block))
+            if (mats[k].x == m.x && (mats[k].M != m.M || mats[k].K != m.K || mats[k].act_block != m.act_block ||
+                                     mats[k].split.xs != m.split.xs || mats[k].split.sx != m.split.sx))
                 return Status::invalid_argument(what + ": shares x with matrix " + std::to_string(k) +
-                                                " at another M, K or activation block");
+                                                " at another M, K, activation block or split");
         total_tiles += tiles_of(m);
     }
     // Launch order: grouped by kernel instance, stable within a group.
@@ -263,6 +266,7 @@ Status run_gemv(const gemv_plan &plan, void *workspace, cudaStream_t stream) {
     for (size_t i = 0; i < plan.mats.size(); i++) {
         if (!splitk::first_use(plan.x_offset, i)) continue;
         const gemv_matrix &m = plan.mats[i];
+        if (m.split.xs) continue;  // split by x's producer
         split_job &J = sb.jobs[sb.njobs++];
         J.x = m.x, J.xs = ws + plan.x_offset[i], J.sx = m.act_block ? sx_of(i) : nullptr;
         J.M = m.M, J.K = m.K, J.act_block = m.act_block;
@@ -282,8 +286,8 @@ Status run_gemv(const gemv_plan &plan, void *workspace, cudaStream_t stream) {
             const int ks = plan.ksplit[i];
             job &J = b.jobs[b.njobs++];
             J.w = m.w, J.scale = m.scale, J.y = m.y;
-            J.xs = ws + plan.x_offset[i];
-            J.sx = m.act_block ? sx_of(i) : nullptr;
+            J.xs = m.split.xs ? static_cast<const void *>(m.split.xs) : ws + plan.x_offset[i];
+            J.sx = m.split.xs ? m.split.sx : m.act_block ? sx_of(i) : nullptr;
             J.N = m.N, J.K = m.K, J.M = m.M;
             J.scols = m.fp4 ? m.K / 32 : (m.K + m.block_in - 1) / m.block_in;
             J.sshift = 0;

@@ -18,6 +18,16 @@
 
 namespace ds41rt::backend::cuda {
 
+// x already split for official numerics (M <= 16, act_block 32 or 128): xs [M, K] E4M3 codes,
+// sx [K / 32, 16] fp32 power-of-two scales, sx[kb * 16 + m] the scale of row m's activation
+// block around 32-k block kb: what run_gemv's own split would leave (backend/cpu
+// fake_quant_fp8_ue8m0's values), made by the kernel that produces x (hc_collapse_norm) so the
+// GEMV launch needs no split kernel before it.
+struct gemv_split {
+    uint8_t *xs = nullptr;
+    float *sx = nullptr;
+};
+
 struct gemv_matrix {
     const uint8_t *w = nullptr;      // FP8: [N, K] e4m3. MXFP4: [N, K/2] e2m1, low nibble = even k
     const uint8_t *scale = nullptr;  // FP8: [ceil(N/block_out), ceil(K/block_in)] e8m0. MXFP4: [N, K/32]
@@ -29,6 +39,7 @@ struct gemv_matrix {
     // act_block channels with power-of-two scales first (backend/cpu fake_quant_fp8_ue8m0); for
     // FP8 weights it must equal block_in.
     int act_block = 0;
+    gemv_split split;                   // official numerics: x's split, if made already (xs set)
     float *y = nullptr;                 // [M, N]; must not alias x or w
     int M = 1;                          // 1..16
     // Official numerics' bf16 linear outputs: y is written already rounded to bf16 (nearest even,

@@ -38,8 +38,8 @@ constexpr int X8_BYTES = 1;    // official mode's split x per channel: the E4M3 
 
 struct job {
     const uint8_t *w, *scale;
-    const void *xs;     // x as split_x_kernel left it
-    const float *sx;    // official mode: activation scales [K / act_block][SX_TOKENS]
+    const void *xs;     // x as split_x_kernel (or x's producer: gemv_split) left it
+    const float *sx;    // official mode: activation scales [K / 32][SX_TOKENS]
     float *y, *partials;
     unsigned *counters;
     int N, K, M;
@@ -136,6 +136,13 @@ struct split_batch {
     int njobs;
 };
 
+// The CPU's fake_quant_fp8_ue8m0 per activation block: s = pow2_ceil(max(amax, 1e-4) / 448),
+// q = e4m3(clamp(x / s)); x / s as x * (1 / s), exact for a power of two. Every producer of an
+// official split (split_x_rows, hc_collapse_norm) quantizes through these.
+__device__ __forceinline__ float act_scale(float amax) { return dev::pow2_ceil(fmaxf(amax, 1e-4f) * (1.0f / 448.0f)); }
+__device__ __forceinline__ float act_inv(float s) { return __int_as_float((254 - int(dev::e8m0_code(s))) << 23); }
+__device__ __forceinline__ uint8_t act_code(float x, float inv) { return dev::e4m3_code(fminf(fmaxf(x * inv, -448.0f), 448.0f)); }
+
 // Thread tid of nthreads (nthreads a multiple of 32) splits its share of J.
 __device__ __forceinline__ void split_x_rows(const split_job &J, int tid, int nthreads) {
     if (J.act_block == 0) {
@@ -161,13 +168,8 @@ __device__ __forceinline__ void split_x_rows(const split_job &J, int tid, int nt
         for (int k = lane; k < J.act_block; k += 32) amax = fmaxf(amax, fabsf(p[k]));
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        // The CPU's fake_quant_fp8_ue8m0: s = pow2_ceil(max(amax, 1e-4) / 448), q = e4m3(clamp(x / s)).
-        const float s = dev::pow2_ceil(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
-        const float inv = __int_as_float((254 - int(dev::e8m0_code(s))) << 23);  // 1 / s, exact
-        for (int k = lane; k < J.act_block; k += 32) {
-            const float v = fminf(fmaxf(p[k] * inv, -448.0f), 448.0f);
-            xq[size_t(m) * J.K + size_t(blk) * J.act_block + k] = dev::e4m3_code(v);
-        }
+        const float s = act_scale(amax), inv = act_inv(s);
+        for (int k = lane; k < J.act_block; k += 32) xq[size_t(m) * J.K + size_t(blk) * J.act_block + k] = act_code(p[k], inv);
         if (lane < J.act_block / 32) J.sx[(blk * (J.act_block / 32) + lane) * SX_TOKENS + m] = s;
     }
 }

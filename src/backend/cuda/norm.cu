@@ -1,11 +1,14 @@
 #include "backend/cuda/norm.cuh"
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/norm_row.cuh"
 #include "backend/cuda/numerics.cuh"
 
 namespace ds41rt::backend::cuda {
 
 namespace {
+
+using namespace norm_detail;
 
 constexpr int NORM_THREADS = 256;
 
@@ -71,8 +74,6 @@ __global__ void rms_norm_kernel(const float *__restrict__ x, const float *__rest
 // is a 20-deep dependent chain per thread and its w loads wait for the sum). Bytes per row:
 // dim * 8 + dim * 4 (w); FLOPs ~4 per element. Same fp32 steps as the scalar kernel; the fp64
 // sum's order differs, which the tolerance above covers.
-constexpr int VEC_THREADS = 512, VEC_PER = 4;  // 512 threads x 4 float4 = 8192 channels
-
 __global__ void __launch_bounds__(VEC_THREADS) rms_norm_vec_kernel(const float4 *x, const float4 *__restrict__ w,
                                                                   float4 *y, int dim4, float eps, bool rb) {
     const float4 *xr = x + size_t(blockIdx.x) * dim4;
@@ -84,37 +85,11 @@ __global__ void __launch_bounds__(VEC_THREADS) rms_norm_vec_kernel(const float4 
         v[u] = i < dim4 ? xr[i] : make_float4(0, 0, 0, 0);
         g[u] = (w && i < dim4) ? w[i] : make_float4(1, 1, 1, 1);
     }
-    double ss = 0;
-#pragma unroll
-    for (int u = 0; u < VEC_PER; u++) {
-        // Two chains, then one add: the squares are exact in fp64 either way.
-        const double a = fma(double(v[u].x), double(v[u].x), double(v[u].y) * double(v[u].y));
-        const double b = fma(double(v[u].z), double(v[u].z), double(v[u].w) * double(v[u].w));
-        ss += a + b;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    __shared__ double part[VEC_THREADS / 32];
-    __shared__ float inv_s;
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        double t = threadIdx.x < VEC_THREADS / 32 ? part[threadIdx.x] : 0.0;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-        if (threadIdx.x == 0) inv_s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(float(t / double(dim4 * 4)), eps)));
-    }
-    __syncthreads();
-    const float inv = inv_s;
-    auto out = [&](float xv, float wv) {
-        float o = __fmul_rn(xv, inv);
-        if (w) o = __fmul_rn(wv, o);
-        return rb ? dev::round_bf16(o) : o;
-    };
+    const float inv = rms_inv(v, dim4, eps);
 #pragma unroll
     for (int u = 0; u < VEC_PER; u++) {
         const int i = threadIdx.x + u * VEC_THREADS;
-        if (i < dim4) yr[i] = make_float4(out(v[u].x, g[u].x), out(v[u].y, g[u].y), out(v[u].z, g[u].z), out(v[u].w, g[u].w));
+        if (i < dim4) yr[i] = rms_out4(v[u], g[u], w != nullptr, inv, rb);
     }
 }
 

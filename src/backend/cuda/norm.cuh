@@ -2,7 +2,8 @@
 //
 // The model's flow has no residual-add + RMSNorm pair to fuse: with mHC the residual is four
 // streams, and a sublayer's input is collapse(streams) -> norm (engine/v41_model.cpp forward),
-// its output goes back through the mHC expand. So only the plain norm is here.
+// its output goes back through the mHC expand. So only the plain norm is here; collapse_norm.cuh
+// fuses the collapse with it.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -571,8 +571,10 @@ Status device_model::run_linear(const dlinear &L, const float *x, float *y, int6
     return run_linears({{&L, x, y}}, M, cls);
 }
 
-cuda::gemv_matrix device_model::gemv_piece(const dlinear &L, const float *x, float *y, int64_t m0, int64_t M, bool quant_x,
-                                           lin cls) const {
+cuda::gemv_matrix device_model::gemv_piece(const linear_job &j, int64_t m0, int64_t M, bool quant_x, lin cls) const {
+    const dlinear &L = *j.L;
+    const float *x = j.x;
+    float *y = j.y;
     cuda::gemv_matrix g;
     g.w = L.w;
     g.scale = L.scale;
@@ -586,6 +588,7 @@ cuda::gemv_matrix device_model::gemv_piece(const dlinear &L, const float *x, flo
     g.y = y + m0 * L.N;
     g.M = int(std::min<int64_t>(GEMV_MAX_ROWS, M - m0));
     g.round_bf16_out = official_ && cls != lin::F32;  // fused: no separate round launch
+    if (quant_x && j.split.xs && m0 == 0 && M <= GEMV_MAX_ROWS) g.split = j.split;
     return g;
 }
 
@@ -624,7 +627,7 @@ Status device_model::run_grouped(const std::vector<grouped_job> &jobs, lin cls) 
     std::vector<cuda::gemv_matrix> pieces;
     for (const grouped_job &j : jobs) {
         if (j.L->k == dlinear::kind::DENSE) return Status::internal("run_grouped: a dense weight (GEMV classes only)");
-        for (int64_t m0 = 0; m0 < j.M; m0 += GEMV_MAX_ROWS) pieces.push_back(gemv_piece(*j.L, j.x, j.y, m0, j.M, quant_x, cls));
+        for (int64_t m0 = 0; m0 < j.M; m0 += GEMV_MAX_ROWS) pieces.push_back(gemv_piece({j.L, j.x, j.y}, m0, j.M, quant_x, cls));
     }
     return run_gemv_pieces(pieces);
 }
@@ -675,7 +678,7 @@ Status device_model::run_linears(const std::vector<linear_job> &jobs, int64_t M,
     // The GEMV takes 16 rows a matrix; longer inputs (prefill chunks) go in pieces.
     std::vector<cuda::gemv_matrix> pieces;
     for (int64_t m0 = 0; m0 < M; m0 += GEMV_MAX_ROWS)
-        for (const linear_job *j : gemv_jobs) pieces.push_back(gemv_piece(*j->L, j->x, j->y, m0, M, quant_x, cls));
+        for (const linear_job *j : gemv_jobs) pieces.push_back(gemv_piece(*j, m0, M, quant_x, cls));
     DS41RT_RETURN_IF_ERROR(run_gemv_pieces(pieces));
     // The GEMV rounded its outputs itself (round_bf16_out); only the dense jobs need the pass.
     if (official_ && cls != lin::F32)

@@ -24,13 +24,10 @@
 
 #include "backend/cpu/numerics.h"
 #include "backend/cuda/device_info.h"
+#include "backend/cuda/gemv.cuh"
 #include "core/status.h"
 #include "model/dummy_weights.h"
 #include "model/weights.h"
-
-namespace ds41rt::backend::cuda {
-struct gemv_matrix;
-}
 
 namespace ds41rt::engine::gpu {
 
@@ -158,6 +155,9 @@ public:
         const dlinear *L;
         const float *x;
         float *y;
+        // x already split for an official FP8 / MXFP4 GEMV (hc_collapse_norm): used by decode
+        // sizes (M <= 16), which then need no split launch; otherwise ignored.
+        backend::cuda::gemv_split split = {};
     };
     Status run_linears(const std::vector<linear_job> &jobs, int64_t M, backend::cpu::lin cls) const;
     // FP8 / MXFP4 linears of one class, each over its own M rows (the routed experts of a
@@ -213,7 +213,7 @@ private:
     Result<const uint8_t *> bytes(const std::string &name);  // a checkpoint tensor's stored bytes
     Result<const model::dummy_tensor *> dummy(const std::string &name) const;
     // Rows [m0, m0 + 16) of x [M, K] through L as one GEMV matrix, and launches of such pieces.
-    backend::cuda::gemv_matrix gemv_piece(const dlinear &L, const float *x, float *y, int64_t m0, int64_t M, bool quant_x,
+    backend::cuda::gemv_matrix gemv_piece(const linear_job &j, int64_t m0, int64_t M, bool quant_x,
                                           backend::cpu::lin cls) const;
     Status run_gemv_pieces(const std::vector<backend::cuda::gemv_matrix> &pieces) const;
     // Fills a dummy tensor (or its first `rows` rows) on the device, as `as` when given.

@@ -17,6 +17,10 @@ step_bufs make_step_bufs(const device_model &m, int64_t S) {
     b.am = m.hc_mix_buffers(S);
     b.fm = m.hc_mix_buffers(S);
     b.pre_mix = m.temp_f32(S * hc);
+    if (S <= 16) {
+        b.xs = m.temp(size_t(S * D));
+        b.sx = m.temp_f32((D + 31) / 32 * 16);
+    }
     b.pos = m.temp(size_t(S) * sizeof(int64_t));
     b.ids = m.temp(size_t(S) * sizeof(int32_t));
     return b;

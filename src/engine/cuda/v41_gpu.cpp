@@ -33,6 +33,7 @@
 #include "backend/cuda/exl3_moe.cuh"
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/candidate_mask.cuh"
+#include "backend/cuda/collapse_norm.cuh"
 #include "backend/cuda/compressor.cuh"
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/dense.cuh"
@@ -297,6 +298,24 @@ private:
     Status norm(float *x, const float *w, int64_t rows, int64_t dim) const {
         return cuda::rms_norm_rows(x, w, x, rows, dim, eps(), official_, st());
     }
+    // A sublayer's input: b.x = norm(collapse of b.X by pre), one launch where the width allows
+    // (backend/cuda hc_collapse_norm), and with it b.x's GEMV split for OFFICIAL's decode steps
+    // (want_split, S <= 16): the split made, or none (the GEMVs then split b.x themselves).
+    Result<cuda::gemv_split> collapse_norm(const step_bufs &b, const float *pre, const float *w, bool want_split = true) const {
+        const int64_t S = b.S, D = c_.dim;
+        const int hc = int(c_.hc_mult), ab = int(c_.fp8_block_in);
+        if (!cuda::collapse_norm_fits(hc, D)) {
+            DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(b.X.f(), pre, S, hc, D, official_, b.x.f(), st()));
+            DS41RT_RETURN_IF_ERROR(norm(b.x.f(), w, S, D));
+            return cuda::gemv_split{};
+        }
+        cuda::gemv_split sp;
+        if (want_split && official_ && b.xs.as<void>() && (ab == 32 || ab == 128) && D % ab == 0)
+            sp = {b.xs.as<uint8_t>(), b.sx.f()};
+        DS41RT_RETURN_IF_ERROR(cuda::hc_collapse_norm(b.X.f(), pre, S, hc, D, official_, w, eps(), b.x.f(),
+                                                      sp.xs ? &sp : nullptr, ab, st()));
+        return sp;
+    }
     Status rope(float *x, int64_t rows, int64_t dim, const int64_t *pos, int64_t per_pos, const float *inv,
                 bool inverse) const {
         return cuda::rope_tail_rows(x, rows, dim, pos, per_pos, inv, n_pairs_, inverse, official_, st());
@@ -455,11 +474,12 @@ private:
 
     // ---- attention (spec 4.3-4.8), in three parts: the projections (fixed shapes), the core
     // (per-sequence state, lists of varying length) and the output projection (fixed shapes) ----
-    Status attn_qkv(const layer_dev &L, int layer, const step_bufs &b, const int64_t *pos_d) const {
+    Status attn_qkv(const layer_dev &L, int layer, const step_bufs &b, const int64_t *pos_d,
+                    const cuda::gemv_split &xsplit) const {
         const int64_t H = c_.n_heads, hd = c_.head_dim, qlr = c_.q_lora_rank, S = b.S;
         const float *inv = inv_for(layer), *x = b.x.f();
         begin("attn.qkv");
-        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.wq_a, x, b.qr.f()}, {&L.wkv, x, b.kv.f()}}, S, lin::FP8));
+        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.wq_a, x, b.qr.f(), xsplit}, {&L.wkv, x, b.kv.f(), xsplit}}, S, lin::FP8));
         DS41RT_RETURN_IF_ERROR(norm(b.qr.f(), L.q_norm, S, qlr));
         DS41RT_RETURN_IF_ERROR(m_->run_linear(L.wq_b, b.qr.f(), b.q.f(), S, lin::FP8));
         DS41RT_RETURN_IF_ERROR(rope(b.q.f(), S * H, hd, pos_d, H, inv, false));
@@ -613,10 +633,11 @@ private:
     }
 
     // The shared expert of x [S, D] into sh [S, D] (its w2 output, rounded as its class rounds).
-    Status shared_expert(const layer_dev &L, const float *x, int64_t S, float *sh) const {
+    // xsplit: x's GEMV split, when its producer made one.
+    Status shared_expert(const layer_dev &L, const float *x, int64_t S, float *sh, const cuda::gemv_split &xsplit = {}) const {
         const int64_t I = L.sw1.N;
         dtemp g = m_->temp_f32(S * I), u = m_->temp_f32(S * I);
-        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.sw1, x, g.f()}, {&L.sw3, x, u.f()}}, S, lin::FP8));
+        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.sw1, x, g.f(), xsplit}, {&L.sw3, x, u.f(), xsplit}}, S, lin::FP8));
         DS41RT_RETURN_IF_ERROR(cuda::swiglu_rows(g.f(), u.f(), nullptr, g.f(), S, I, c_.swiglu_limit, official_, st()));
         return m_->run_linear(L.sw2, g.f(), sh, S, lin::FP8);
     }
@@ -645,7 +666,7 @@ private:
     // local experts at decode sizes (routed_decode reads the routes on the device).
     bool moe_on_device(const layer_dev &L, int64_t S) const { return !L.remote && S <= cuda::MOE_MAX_ROWS; }
 
-    Status moe(const layer_dev &L, int layer, const float *x, int64_t S, float *out) const {
+    Status moe(const layer_dev &L, int layer, const float *x, int64_t S, float *out, const cuda::gemv_split &xsplit) const {
         const int64_t D = c_.dim, K = c_.n_activated_experts;
         begin("moe.router+shared");
         // The shared expert on a side branch, beside the router and the routed experts, when
@@ -657,14 +678,14 @@ private:
         side_scope branch(side_, *m_);
         if (fork) {
             sh = m_->temp_f32(S * D);
-            DS41RT_RETURN_IF_ERROR(branch.fork([&] { return shared_expert(L, x, S, sh.f()); }));
+            DS41RT_RETURN_IF_ERROR(branch.fork([&] { return shared_expert(L, x, S, sh.f(), xsplit); }));
         }
         dtemp ids, wts;
         DS41RT_RETURN_IF_ERROR(route(L, x, S, &ids, &wts));
         if (L.remote) return moe_remote(L, layer, x, S, ids, wts, out);
         if (!fork) {
             sh = m_->temp_f32(S * D);
-            DS41RT_RETURN_IF_ERROR(shared_expert(L, x, S, sh.f()));
+            DS41RT_RETURN_IF_ERROR(shared_expert(L, x, S, sh.f(), xsplit));
         }
         end();
         begin("moe.routed");
@@ -791,10 +812,10 @@ private:
             DS41RT_RETURN_IF_ERROR(frame.piece(size_t(2 * l), [&]() -> Status {
                 begin("mhc+norm");
                 DS41RT_RETURN_IF_ERROR(m_->hc_mixes(b.X.f(), S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, b.am));
-                DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(b.X.f(), b.pre_mix.f(), S, hc, D, official_, b.x.f(), st()));
-                DS41RT_RETURN_IF_ERROR(norm(b.x.f(), L.attn_norm, S, D));
+                auto xsplit = collapse_norm(b, b.pre_mix.f(), L.attn_norm);
+                if (!xsplit) return xsplit.status();
                 end();
-                return attn_qkv(L, l, b, b.pos.as<int64_t>());
+                return attn_qkv(L, l, b, b.pos.as<int64_t>(), *xsplit);
             }));
             DS41RT_RETURN_IF_ERROR(attn_core(L, l, B, b, shs));
             // The output projection, the FFN site and the MoE: a graph when the routed experts run
@@ -805,10 +826,10 @@ private:
                 DS41RT_RETURN_IF_ERROR(
                     cuda::hc_expand(b.X.f(), b.y.f(), b.am.post.f(), b.am.comb.f(), S, hc, D, official_, st()));
                 DS41RT_RETURN_IF_ERROR(m_->hc_mixes(b.X.f(), S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, b.fm));
-                DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(b.X.f(), b.am.pre.f(), S, hc, D, official_, b.x.f(), st()));
-                DS41RT_RETURN_IF_ERROR(norm(b.x.f(), L.ffn_norm, S, D));
+                auto xsplit = collapse_norm(b, b.am.pre.f(), L.ffn_norm);
+                if (!xsplit) return xsplit.status();
                 end();
-                DS41RT_RETURN_IF_ERROR(moe(L, l, b.x.f(), S, b.y.f()));
+                DS41RT_RETURN_IF_ERROR(moe(L, l, b.x.f(), S, b.y.f(), *xsplit));
                 begin("mhc+norm");
                 DS41RT_RETURN_IF_ERROR(
                     cuda::hc_expand(b.X.f(), b.y.f(), b.fm.post.f(), b.fm.comb.f(), S, hc, D, official_, st()));
@@ -823,8 +844,7 @@ private:
         }
         frame.done();
         begin("head");
-        DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(b.X.f(), b.pre_mix.f(), S, hc, D, official_, b.x.f(), st()));
-        DS41RT_RETURN_IF_ERROR(norm(b.x.f(), norm_, S, D));
+        DS41RT_RETURN_IF_ERROR(collapse_norm(b, b.pre_mix.f(), norm_, false).status());
         const int64_t R = B.logits_rows();
         auto lg = m_->head_rows(head_, b.x.f(), S, B.all_logits ? nullptr : &B.out_rows);
         if (!lg) return lg.status();

@@ -1,0 +1,108 @@
+// hc_collapse_norm: one block of VEC_THREADS per row (norm_row.cuh's decode-width shape). Each
+// thread collapses its float4s of the row from the hc streams (collapse_kernel's fp32 steps),
+// the block takes the row's RMS (rms_norm_vec_kernel's fp64 sum), each thread writes its
+// normalized float4s and, with a split, their E4M3 codes: the act_block / 4 threads holding one
+// activation block (8 or 32 consecutive lanes) agree on its max by shuffles and quantize through
+// gemv_kernel.cuh's act_scale / act_code, as the GEMV's split_x_rows does.
+//
+// Bytes per row: D * 4 * (hc + 1) (streams in, y out) + D * 4 (w, cached) + D + D / 8 (split);
+// FLOPs ~3 hc + 8 per channel. At V4.1 decode (D 5120, hc 4) ~100 KB a row: a few microseconds,
+// the three launches it replaces each paid a launch and a ramp (H200 ncu, one row: collapse 2.6 us,
+// norm 3.3, split 2.4; 2026-12-01).
+//
+// Test: tests/cuda/collapse_norm_test.cpp: bit-identical to hc_collapse -> rms_norm_rows -> the
+// GEMV's split (y, codes and scales), both numerics, act_block 32 and 128.
+#include "backend/cuda/collapse_norm.cuh"
+
+#include <string>
+
+#include "backend/cuda/cuda_status.h"
+#include "backend/cuda/gemv_kernel.cuh"
+#include "backend/cuda/norm_row.cuh"
+
+namespace ds41rt::backend::cuda {
+
+namespace {
+
+using namespace norm_detail;
+namespace gd = gemv_detail;
+
+constexpr int MAX_HC = 8;
+
+__global__ void __launch_bounds__(VEC_THREADS)
+    collapse_norm_kernel(const float4 *X, const float *pre, int hc, int dim4, bool rb, const float4 *__restrict__ w,
+                         float eps, float4 *y, uint32_t *xs, float *sx, int act_block) {
+    const int s = blockIdx.x;
+    float p[MAX_HC];
+#pragma unroll
+    for (int j = 0; j < MAX_HC; j++) p[j] = j < hc ? pre[s * hc + j] : 0.0f;
+    float4 v[VEC_PER], g[VEC_PER];
+#pragma unroll
+    for (int u = 0; u < VEC_PER; u++) {
+        const int i = threadIdx.x + u * VEC_THREADS;
+        float4 a = make_float4(0, 0, 0, 0);
+        if (i < dim4) {
+#pragma unroll
+            for (int j = 0; j < MAX_HC; j++) {
+                if (j >= hc) break;
+                const float4 x = X[(size_t(s) * hc + j) * dim4 + i];
+                a.x = __fadd_rn(a.x, __fmul_rn(p[j], x.x)), a.y = __fadd_rn(a.y, __fmul_rn(p[j], x.y));
+                a.z = __fadd_rn(a.z, __fmul_rn(p[j], x.z)), a.w = __fadd_rn(a.w, __fmul_rn(p[j], x.w));
+            }
+            if (rb) a = make_float4(dev::round_bf16(a.x), dev::round_bf16(a.y), dev::round_bf16(a.z), dev::round_bf16(a.w));
+        }
+        v[u] = a;
+        g[u] = (w && i < dim4) ? w[i] : make_float4(1, 1, 1, 1);
+    }
+    const float inv = rms_inv(v, dim4, eps);
+    const int lanes = act_block / 4;  // threads of one activation block: 8 or 32, aligned in the warp
+#pragma unroll
+    for (int u = 0; u < VEC_PER; u++) {
+        const int i = threadIdx.x + u * VEC_THREADS;
+        const float4 o = rms_out4(v[u], g[u], w != nullptr, inv, rb);
+        if (i < dim4) y[size_t(s) * dim4 + i] = o;
+        if (!xs) continue;
+        float amax = i < dim4 ? fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w))) : 0.0f;
+        for (int m = 1; m < lanes; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+        if (i >= dim4) continue;
+        const float sc = gd::act_scale(amax), iv = gd::act_inv(sc);
+        xs[size_t(s) * dim4 + i] = uint32_t(gd::act_code(o.x, iv)) | uint32_t(gd::act_code(o.y, iv)) << 8 |
+                                   uint32_t(gd::act_code(o.z, iv)) << 16 | uint32_t(gd::act_code(o.w, iv)) << 24;
+        if (i % 8 == 0) sx[(i / 8) * gd::SX_TOKENS + s] = sc;  // each 32-k block's scale (gemv_split)
+    }
+}
+
+Status bad(const std::string &why) { return Status::invalid_argument("hc_collapse_norm: " + why); }
+
+}  // namespace
+
+bool collapse_norm_fits(int hc, int64_t D) {
+    return hc >= 1 && hc <= MAX_HC && D > 0 && D % 4 == 0 && D <= int64_t(VEC_THREADS) * VEC_PER * 4;
+}
+
+Status hc_collapse_norm(const float *X, const float *pre, int64_t S, int hc, int64_t D, bool round_bf16, const float *w,
+                        float eps, float *y, const gemv_split *split, int act_block, cudaStream_t stream) {
+    if (S < 0 || !collapse_norm_fits(hc, D))
+        return bad("S " + std::to_string(S) + ", hc " + std::to_string(hc) + " (1..8), D " + std::to_string(D) +
+                   " (a multiple of 4, at most 8192)");
+    if (S == 0) return Status::ok();
+    if (!X || !pre || !y) return bad("null X, pre or y");
+    auto a16 = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+    if (!a16(X) || !a16(y) || (w && !a16(w))) return bad("X, w and y must be 16-byte aligned");
+    if (y < X + S * hc * D && X < y + S * D) return bad("y overlaps X");
+    if (split) {
+        if (!split->xs || !split->sx) return bad("a split needs xs and sx");
+        if (S > gd::SX_TOKENS) return bad("a split holds at most 16 rows, not " + std::to_string(S));
+        if ((act_block != 32 && act_block != 128) || D % act_block != 0)
+            return bad("act_block " + std::to_string(act_block) + " (32 or 128, dividing D " + std::to_string(D) + ")");
+        if ((reinterpret_cast<uintptr_t>(split->xs) & 3u) != 0) return bad("split xs must be 4-byte aligned");
+    }
+    collapse_norm_kernel<<<unsigned(S), VEC_THREADS, 0, stream>>>(
+        reinterpret_cast<const float4 *>(X), pre, hc, int(D / 4), round_bf16, reinterpret_cast<const float4 *>(w), eps,
+        reinterpret_cast<float4 *>(y), split ? reinterpret_cast<uint32_t *>(split->xs) : nullptr, split ? split->sx : nullptr,
+        act_block);
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return Status::ok();
+}
+
+}  // namespace ds41rt::backend::cuda

@@ -1,0 +1,100 @@
+// hc_collapse_norm (backend/cuda/collapse_norm) against the launches it replaces: hc_collapse,
+// then rms_norm_rows (the reference for y), then a GEMV that splits that y itself (the reference
+// for the split). Tolerance: none. y must be bit-identical; the split is checked through what it
+// is for: the same official-numerics GEMV run on it (gemv_matrix::split) must give the bits the
+// GEMV gives when it splits y itself. V4.1's shapes (hc 4, D 5120, act_block 32) and V4's
+// activation blocks (128), S 1, 5 and 16 rows, both numerics (OFFICIAL rounds the collapse and
+// the norm to bf16). Outputs and split buffers start poisoned.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "backend/cuda/collapse_norm.cuh"
+#include "backend/cuda/gemv.cuh"
+#include "backend/cuda/mhc.cuh"
+#include "backend/cuda/norm.cuh"
+#include "small_ops_util.h"
+
+using namespace ds41rt;
+using namespace ds41rt::backend;
+using testing_util::dev_vec;
+
+namespace {
+
+constexpr int HC = 4;
+constexpr int64_t D = 5120, N = 320;  // N: the check GEMV's rows (20 tiles)
+
+class CudaCollapseNorm : public testing_util::CudaOps {};
+
+// y = W y_in in official numerics, W FP8 on an act_block grid; split: y_in already split there.
+std::vector<float> gemv_of(const cuda::device_info &dev, const testing_util::quant_weight &q, const float *x, int S,
+                           int act_block, const cuda::gemv_split *split) {
+    dev_vec<uint8_t> w(q.w), sc(q.scale);
+    dev_vec<float> y(size_t(S) * N);
+    y.poison();
+    cuda::gemv_matrix m;
+    m.w = w.p, m.scale = sc.p, m.block_out = m.block_in = act_block;
+    m.N = int(N), m.K = int(D), m.M = S, m.x = x, m.y = y.p, m.act_block = act_block;
+    if (split) m.split = *split;
+    auto plan = cuda::plan_gemv(dev, {m});
+    EXPECT_TRUE(plan.is_ok()) << plan.status().to_string();
+    if (!plan) return {};
+    dev_vec<uint8_t> ws(plan->workspace_bytes);
+    EXPECT_EQ(cudaMemset(ws.p, 0, ws.n), cudaSuccess);
+    const Status st = cuda::run_gemv(*plan, ws.p, nullptr);
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+    return y.download();
+}
+
+TEST_F(CudaCollapseNorm, EqualsCollapseThenNormAndTheGemvSplit) {
+    auto dev = cuda::query_device();
+    ASSERT_TRUE(dev.is_ok());
+    for (int act_block : {32, 128}) {
+        const testing_util::quant_weight q = testing_util::random_fp8_block(int(N), int(D), act_block, act_block, 7);
+        for (bool official : {false, true})
+            for (int S : {1, 5, 16}) {
+                const std::string what = "act_block " + std::to_string(act_block) + (official ? " official" : " transformers") +
+                                         " S " + std::to_string(S);
+                std::vector<float> X = testing_util::random_normal(size_t(S) * HC * D, uint32_t(S + act_block));
+                std::vector<float> pre = testing_util::random_normal(size_t(S) * HC, uint32_t(S + 3));
+                for (float &p : pre) p = 0.5f + 0.25f * p;
+                std::vector<float> w = testing_util::random_normal(size_t(D), 11);
+                for (float &v : w) v = 1.0f + 0.1f * v;
+                dev_vec<float> dX(X), dpre(pre), dw(w), ref(size_t(S) * D), got(size_t(S) * D);
+                dev_vec<uint8_t> xs(size_t(S) * D);
+                dev_vec<float> sx(size_t(D / 32) * 16);
+                ref.poison(), got.poison(), xs.poison(), sx.poison();
+                ASSERT_TRUE(cuda::hc_collapse(dX.p, dpre.p, S, HC, D, official, ref.p, nullptr).is_ok());
+                ASSERT_TRUE(cuda::rms_norm_rows(ref.p, dw.p, ref.p, S, D, 1e-6f, official, nullptr).is_ok());
+                const cuda::gemv_split split{xs.p, sx.p};
+                const Status st = cuda::hc_collapse_norm(dX.p, dpre.p, S, HC, D, official, dw.p, 1e-6f, got.p, &split,
+                                                         act_block, nullptr);
+                ASSERT_TRUE(st.is_ok()) << st.to_string();
+                EXPECT_EQ(testing_util::bit_mismatches(got.download(), ref.download(), what + ": y"), 0u);
+                const std::vector<float> own = gemv_of(*dev, q, ref.p, S, act_block, nullptr);
+                const std::vector<float> given = gemv_of(*dev, q, ref.p, S, act_block, &split);
+                EXPECT_EQ(testing_util::bit_mismatches(given, own, what + ": GEMV on the split"), 0u);
+            }
+    }
+}
+
+TEST_F(CudaCollapseNorm, RejectsBadShapes) {
+    dev_vec<float> X(size_t(2) * HC * 64), pre(8), y(128);
+    dev_vec<uint8_t> xs(128);
+    dev_vec<float> sx(64);
+    const cuda::gemv_split split{xs.p, sx.p};
+    auto run = [&](int64_t S, int hc, int64_t dim, const cuda::gemv_split *sp, int ab) {
+        return cuda::hc_collapse_norm(X.p, pre.p, S, hc, dim, false, nullptr, 1e-6f, y.p, sp, ab, nullptr);
+    };
+    EXPECT_TRUE(run(2, HC, 64, &split, 32).is_ok());
+    EXPECT_FALSE(run(2, 9, 64, nullptr, 32).is_ok());       // hc above 8
+    EXPECT_FALSE(run(2, HC, 62, nullptr, 32).is_ok());      // D not a multiple of 4
+    EXPECT_FALSE(run(2, HC, 9000, nullptr, 32).is_ok());    // D above 8192
+    EXPECT_FALSE(run(2, HC, 64, &split, 48).is_ok());       // act_block neither 32 nor 128
+    EXPECT_FALSE(run(2, HC, 64, &split, 128).is_ok());      // act_block does not divide D
+    EXPECT_FALSE(run(17, HC, 64, &split, 32).is_ok());      // a split holds 16 rows
+    EXPECT_FALSE(cuda::hc_collapse_norm(X.p, pre.p, 1, HC, 64, false, nullptr, 1e-6f, X.p, nullptr, 32, nullptr).is_ok());
+}
+
+}  // namespace
