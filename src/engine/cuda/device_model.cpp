@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "backend/cuda/collapse_norm.cuh"
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/dense.cuh"
 #include "backend/cuda/dummy_fill.cuh"
@@ -13,6 +14,7 @@
 #include "backend/cuda/gemm_fp8.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/mhc.cuh"
+#include "backend/cuda/norm.cuh"
 #include "backend/cuda/stream_drain.h"
 
 namespace ds41rt::engine::gpu {
@@ -514,6 +516,22 @@ Status device_model::hc_mixes(const float *X, int64_t S, const float *fn, const 
         cuda::hc_project(X, S, int64_t(hc) * cfg_.dim, fn, n_mix, cfg_.norm_eps, official_, mm.f(), stream_));
     return cuda::hc_split_sinkhorn(mm.f(), S, hc, scale, base, cfg_.hc_eps, cfg_.hc_sinkhorn_iters, out.pre.f(),
                                    out.post.f(), out.comb.f(), stream_);
+}
+
+Result<cuda::gemv_split> device_model::hc_collapse_norm(const float *X, const float *pre, int64_t S, const float *w,
+                                                       float *x, uint8_t *xs, float *sx) const {
+    const int64_t D = cfg_.dim;
+    const int hc = cfg_.hc_mult, ab = cfg_.fp8_block_in;
+    if (!cuda::collapse_norm_fits(hc, D)) {
+        DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(X, pre, S, hc, D, official_, x, stream_));
+        DS41RT_RETURN_IF_ERROR(cuda::rms_norm_rows(x, w, x, S, D, cfg_.norm_eps, official_, stream_));
+        return cuda::gemv_split{};
+    }
+    cuda::gemv_split sp;
+    if (xs && sx && official_ && S <= GEMV_MAX_ROWS && (ab == 32 || ab == 128) && D % ab == 0) sp = {xs, sx};
+    DS41RT_RETURN_IF_ERROR(
+        cuda::hc_collapse_norm(X, pre, S, hc, D, official_, w, cfg_.norm_eps, x, sp.xs ? &sp : nullptr, ab, stream_));
+    return sp;
 }
 
 Status device_model::grouped_output(const dlinear &wo_a, const dlinear &wo_b, const float *o, int64_t S,

@@ -195,6 +195,12 @@ public:
     Status hc_mixes(const float *X, int64_t S, const float *fn, const float *scale, const float *base,
                     const hc_mix_dev &out) const;
     hc_mix_dev hc_mix_buffers(int64_t S) const;
+    // A sublayer's input: x [S, dim] = rms_norm(collapse of the streams X by pre) with weights w
+    // (OFFICIAL's bf16 points), in one launch where the width allows (backend/cuda
+    // hc_collapse_norm); given xs / sx (S <= 16), for OFFICIAL with activation blocks of 32 or
+    // 128 also x's GEMV split there. Returns the split made, or none (GEMVs on x then split it).
+    Result<backend::cuda::gemv_split> hc_collapse_norm(const float *X, const float *pre, int64_t S, const float *w,
+                                                       float *x, uint8_t *xs, float *sx) const;
     // Bumped whenever the GEMV workspace is reallocated: graphs captured before hold the old one.
     uint64_t workspace_generation() const { return ws_gen_; }
     // The head over the rows whose logits a step returns (rows: their indices in x [S, K]; null:

@@ -298,23 +298,10 @@ private:
     Status norm(float *x, const float *w, int64_t rows, int64_t dim) const {
         return cuda::rms_norm_rows(x, w, x, rows, dim, eps(), official_, st());
     }
-    // A sublayer's input: b.x = norm(collapse of b.X by pre), one launch where the width allows
-    // (backend/cuda hc_collapse_norm), and with it b.x's GEMV split for OFFICIAL's decode steps
-    // (want_split, S <= 16): the split made, or none (the GEMVs then split b.x themselves).
+    // A sublayer's input into b.x (device_model::hc_collapse_norm), with its GEMV split into
+    // b.xs / b.sx when want_split: the split made, or none.
     Result<cuda::gemv_split> collapse_norm(const step_bufs &b, const float *pre, const float *w, bool want_split = true) const {
-        const int64_t S = b.S, D = c_.dim;
-        const int hc = int(c_.hc_mult), ab = int(c_.fp8_block_in);
-        if (!cuda::collapse_norm_fits(hc, D)) {
-            DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(b.X.f(), pre, S, hc, D, official_, b.x.f(), st()));
-            DS41RT_RETURN_IF_ERROR(norm(b.x.f(), w, S, D));
-            return cuda::gemv_split{};
-        }
-        cuda::gemv_split sp;
-        if (want_split && official_ && b.xs.as<void>() && (ab == 32 || ab == 128) && D % ab == 0)
-            sp = {b.xs.as<uint8_t>(), b.sx.f()};
-        DS41RT_RETURN_IF_ERROR(cuda::hc_collapse_norm(b.X.f(), pre, S, hc, D, official_, w, eps(), b.x.f(),
-                                                      sp.xs ? &sp : nullptr, ab, st()));
-        return sp;
+        return m_->hc_collapse_norm(b.X.f(), pre, b.S, w, b.x.f(), want_split ? b.xs.as<uint8_t>() : nullptr, b.sx.f());
     }
     Status rope(float *x, int64_t rows, int64_t dim, const int64_t *pos, int64_t per_pos, const float *inv,
                 bool inverse) const {

@@ -420,14 +420,14 @@ private:
 
     // ---- attention (spec 3.4-3.8), in three parts: the projections (fixed shapes), the core
     // (per-sequence state, lists of varying length) and the output projection (fixed shapes) ----
-    Status attn_qkv(const layer_dev &L, int layer, const step_bufs &b) const {
+    Status attn_qkv(const layer_dev &L, int layer, const step_bufs &b, const cuda::gemv_split &xsplit) const {
         const int64_t H = c_.n_heads, hd = c_.head_dim, qlr = c_.q_lora_rank, S = b.S;
         const int64_t *pos_d = b.pos.as<int64_t>();
         const float *inv = inv_for(layer), *x = b.x.f();
         const dtemp &qr = b.qr, &q = b.q, &kv = b.kv;
         begin("attn.qkv");
         // q = rope(rms_unweighted_per_head(wq_b(q_norm(wq_a(x))))); kv = rope(kv_norm(wkv(x))).
-        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.wq_a, x, qr.f()}, {&L.wkv, x, kv.f()}}, S, lin::FP8));
+        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.wq_a, x, qr.f(), xsplit}, {&L.wkv, x, kv.f(), xsplit}}, S, lin::FP8));
         DS41RT_RETURN_IF_ERROR(norm(qr.f(), L.q_norm, S, qlr));
         DS41RT_RETURN_IF_ERROR(m_->run_linear(L.wq_b, qr.f(), q.f(), S, lin::FP8));
         // transformers deviation (3): the per-head q norm in fp32 (OFFICIAL: bf16 arithmetic).
@@ -540,7 +540,8 @@ private:
     // The router on the device (v4_steps route()'s twin: hash layers take tid2eid[token], the
     // others the biased top-k; weights renormalised, with +1e-20 except in OFFICIAL), then the
     // routed experts from those device routes in chunks of 16 rows (routed_decode).
-    Status moe(const layer_dev &L, int layer, const float *x, const int32_t *tokens_d, int64_t S, float *out) const {
+    Status moe(const layer_dev &L, int layer, const float *x, const int32_t *tokens_d, int64_t S, float *out,
+               const cuda::gemv_split &xsplit) const {
         const int64_t D = c_.dim, E = c_.n_routed_experts, K = c_.n_activated_experts;
         // The shared expert's w1 / w3, SwiGLU and w2 into sh; on a side branch beside the router
         // and the routed experts when nothing on the main side runs a GEMV meanwhile (they share
@@ -549,7 +550,7 @@ private:
         auto shared = [&]() -> Status {
             const int64_t I = L.sw1.N;
             dtemp g = m_->temp_f32(S * I), u = m_->temp_f32(S * I);
-            DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.sw1, x, g.f()}, {&L.sw3, x, u.f()}}, S, lin::FP8));
+            DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.sw1, x, g.f(), xsplit}, {&L.sw3, x, u.f(), xsplit}}, S, lin::FP8));
             DS41RT_RETURN_IF_ERROR(cuda::swiglu_rows(g.f(), u.f(), nullptr, g.f(), S, I, c_.swiglu_limit, official_, st()));
             return m_->run_linear(L.sw2, g.f(), sh.f(), S, lin::FP8);
         };
@@ -641,10 +642,10 @@ private:
             DS41RT_RETURN_IF_ERROR(frame.piece(size_t(2 * l), [&]() -> Status {
                 begin("mhc+norm");
                 DS41RT_RETURN_IF_ERROR(m_->hc_mixes(b.X.f(), S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, b.am));
-                DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(b.X.f(), b.am.pre.f(), S, hc, D, official_, b.x.f(), st()));
-                DS41RT_RETURN_IF_ERROR(norm(b.x.f(), L.attn_norm, S, D));
+                auto xsplit = m_->hc_collapse_norm(b.X.f(), b.am.pre.f(), S, L.attn_norm, b.x.f(), b.xs.as<uint8_t>(), b.sx.f());
+                if (!xsplit) return xsplit.status();
                 end();
-                return attn_qkv(L, l, b);
+                return attn_qkv(L, l, b, *xsplit);
             }));
             DS41RT_RETURN_IF_ERROR(attn_core(L, l, B, b));
             auto ffn = [&]() -> Status {
@@ -653,10 +654,10 @@ private:
                 DS41RT_RETURN_IF_ERROR(
                     cuda::hc_expand(b.X.f(), b.y.f(), b.am.post.f(), b.am.comb.f(), S, hc, D, official_, st()));
                 DS41RT_RETURN_IF_ERROR(m_->hc_mixes(b.X.f(), S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, b.fm));
-                DS41RT_RETURN_IF_ERROR(cuda::hc_collapse(b.X.f(), b.fm.pre.f(), S, hc, D, official_, b.x.f(), st()));
-                DS41RT_RETURN_IF_ERROR(norm(b.x.f(), L.ffn_norm, S, D));
+                auto xsplit = m_->hc_collapse_norm(b.X.f(), b.fm.pre.f(), S, L.ffn_norm, b.x.f(), b.xs.as<uint8_t>(), b.sx.f());
+                if (!xsplit) return xsplit.status();
                 end();
-                DS41RT_RETURN_IF_ERROR(moe(L, l, b.x.f(), b.ids.as<int32_t>(), S, b.y.f()));
+                DS41RT_RETURN_IF_ERROR(moe(L, l, b.x.f(), b.ids.as<int32_t>(), S, b.y.f(), *xsplit));
                 begin("mhc+norm");
                 DS41RT_RETURN_IF_ERROR(
                     cuda::hc_expand(b.X.f(), b.y.f(), b.fm.post.f(), b.fm.comb.f(), S, hc, D, official_, st()));
