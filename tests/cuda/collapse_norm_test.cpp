@@ -1,6 +1,6 @@
-// hc_collapse_norm (backend/cuda/collapse_norm) against the launches it replaces: hc_collapse,
-// then rms_norm_rows (the reference for y), then a GEMV that splits that y itself (the reference
-// for the split). Tolerance: none. y must be bit-identical; the split is checked through what it
+// hc_collapse_norm and rms_norm_split (backend/cuda/collapse_norm) against the launches they
+// replace: hc_collapse (not for rms_norm_split), then rms_norm_rows (the reference for y), then a
+// GEMV that splits that y itself (the reference for the split). Tolerance: none. y must be bit-identical; the split is checked through what it
 // is for: the same official-numerics GEMV run on it (gemv_matrix::split) must give the bits the
 // GEMV gives when it splits y itself. V4.1's shapes (hc 4, D 5120, act_block 32) and V4's
 // activation blocks (128), S 1, 5 and 16 rows, both numerics (OFFICIAL rounds the collapse and
@@ -79,6 +79,36 @@ TEST_F(CudaCollapseNorm, EqualsCollapseThenNormAndTheGemvSplit) {
     }
 }
 
+// rms_norm_split in place (as the engine runs it on the q rows) against rms_norm_rows, and the
+// GEMV on its split against the GEMV splitting the normalized rows itself.
+TEST_F(CudaCollapseNorm, NormSplitEqualsNormAndTheGemvSplit) {
+    auto dev = cuda::query_device();
+    ASSERT_TRUE(dev.is_ok());
+    for (int act_block : {32, 128}) {
+        const testing_util::quant_weight q = testing_util::random_fp8_block(int(N), int(D), act_block, act_block, 9);
+        for (bool official : {false, true})
+            for (int S : {1, 16}) {
+                const std::string what = "norm split, act_block " + std::to_string(act_block) +
+                                         (official ? " official" : " transformers") + " S " + std::to_string(S);
+                std::vector<float> x = testing_util::random_normal(size_t(S) * D, uint32_t(S + 2 * act_block));
+                std::vector<float> w = testing_util::random_normal(size_t(D), 13);
+                for (float &v : w) v = 1.0f + 0.1f * v;
+                dev_vec<float> ref(x), got(x), dw(w);
+                dev_vec<uint8_t> xs(size_t(S) * D);
+                dev_vec<float> sx(size_t(D / 32) * 16);
+                xs.poison(), sx.poison();
+                ASSERT_TRUE(cuda::rms_norm_rows(ref.p, dw.p, ref.p, S, D, 1e-6f, official, nullptr).is_ok());
+                const cuda::gemv_split split{xs.p, sx.p};
+                const Status st = cuda::rms_norm_split(got.p, dw.p, got.p, S, D, official, 1e-6f, &split, act_block, nullptr);
+                ASSERT_TRUE(st.is_ok()) << st.to_string();
+                EXPECT_EQ(testing_util::bit_mismatches(got.download(), ref.download(), what + ": y"), 0u);
+                const std::vector<float> own = gemv_of(*dev, q, ref.p, S, act_block, nullptr);
+                const std::vector<float> given = gemv_of(*dev, q, ref.p, S, act_block, &split);
+                EXPECT_EQ(testing_util::bit_mismatches(given, own, what + ": GEMV on the split"), 0u);
+            }
+    }
+}
+
 TEST_F(CudaCollapseNorm, RejectsBadShapes) {
     dev_vec<float> X(size_t(2) * HC * 64), pre(8), y(128);
     dev_vec<uint8_t> xs(128);
@@ -95,6 +125,8 @@ TEST_F(CudaCollapseNorm, RejectsBadShapes) {
     EXPECT_FALSE(run(2, HC, 64, &split, 128).is_ok());      // act_block does not divide D
     EXPECT_FALSE(run(17, HC, 64, &split, 32).is_ok());      // a split holds 16 rows
     EXPECT_FALSE(cuda::hc_collapse_norm(X.p, pre.p, 1, HC, 64, false, nullptr, 1e-6f, X.p, nullptr, 32, nullptr).is_ok());
+    EXPECT_TRUE(cuda::rms_norm_split(y.p, nullptr, y.p, 2, 64, false, 1e-6f, &split, 32, nullptr).is_ok());  // in place
+    EXPECT_FALSE(cuda::rms_norm_split(y.p, nullptr, y.p + 4, 1, 64, false, 1e-6f, nullptr, 32, nullptr).is_ok());
 }
 
 }  // namespace

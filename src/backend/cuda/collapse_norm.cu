@@ -1,5 +1,6 @@
 // hc_collapse_norm: one block of VEC_THREADS per row (norm_row.cuh's decode-width shape). Each
-// thread collapses its float4s of the row from the hc streams (collapse_kernel's fp32 steps),
+// thread collapses its float4s of the row from the hc streams (collapse_kernel's fp32 steps;
+// rms_norm_split, hc = 0: reads the row as it is),
 // the block takes the row's RMS (rms_norm_vec_kernel's fp64 sum), each thread writes its
 // normalized float4s and, with a split, their E4M3 codes: the act_block / 4 threads holding one
 // activation block (8 or 32 consecutive lanes) agree on its max by shuffles and quantize through
@@ -11,7 +12,8 @@
 // norm 3.3, split 2.4; 2026-12-01).
 //
 // Test: tests/cuda/collapse_norm_test.cpp: bit-identical to hc_collapse -> rms_norm_rows -> the
-// GEMV's split (y, codes and scales), both numerics, act_block 32 and 128.
+// GEMV's split (y, codes and scales), and rms_norm_split to rms_norm_rows -> the GEMV's split,
+// both numerics, act_block 32 and 128.
 #include "backend/cuda/collapse_norm.cuh"
 
 #include <string>
@@ -41,7 +43,9 @@ __global__ void __launch_bounds__(VEC_THREADS)
     for (int u = 0; u < VEC_PER; u++) {
         const int i = threadIdx.x + u * VEC_THREADS;
         float4 a = make_float4(0, 0, 0, 0);
-        if (i < dim4) {
+        if (i < dim4 && hc == 0) {  // rms_norm_split: the row itself
+            a = X[size_t(s) * dim4 + i];
+        } else if (i < dim4) {
 #pragma unroll
             for (int j = 0; j < MAX_HC; j++) {
                 if (j >= hc) break;
@@ -72,7 +76,36 @@ __global__ void __launch_bounds__(VEC_THREADS)
     }
 }
 
-Status bad(const std::string &why) { return Status::invalid_argument("hc_collapse_norm: " + why); }
+Status bad(const std::string &why) { return Status::invalid_argument("hc_collapse_norm / rms_norm_split: " + why); }
+
+// The shapes and the split's, shared by both entry points (hc 0: rms_norm_split).
+Status check(const float *X, int64_t S, int hc, int64_t D, const float *w, const float *y, const gemv_split *split,
+             int act_block) {
+    if (S < 0 || !collapse_norm_fits(hc == 0 ? 1 : hc, D))
+        return bad("S " + std::to_string(S) + ", hc " + std::to_string(hc) + " (1..8), D " + std::to_string(D) +
+                   " (a multiple of 4, at most 8192)");
+    if (S > 0 && (!X || !y)) return bad("null x or y");
+    auto a16 = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+    if (!a16(X) || !a16(y) || (w && !a16(w))) return bad("x, w and y must be 16-byte aligned");
+    if (split) {
+        if (!split->xs || !split->sx) return bad("a split needs xs and sx");
+        if (S > gd::SX_TOKENS) return bad("a split holds at most 16 rows, not " + std::to_string(S));
+        if ((act_block != 32 && act_block != 128) || D % act_block != 0)
+            return bad("act_block " + std::to_string(act_block) + " (32 or 128, dividing D " + std::to_string(D) + ")");
+        if ((reinterpret_cast<uintptr_t>(split->xs) & 3u) != 0) return bad("split xs must be 4-byte aligned");
+    }
+    return Status::ok();
+}
+
+Status launch(const float *X, const float *pre, int64_t S, int hc, int64_t D, bool round_bf16, const float *w, float eps,
+              float *y, const gemv_split *split, int act_block, cudaStream_t stream) {
+    collapse_norm_kernel<<<unsigned(S), VEC_THREADS, 0, stream>>>(
+        reinterpret_cast<const float4 *>(X), pre, hc, int(D / 4), round_bf16, reinterpret_cast<const float4 *>(w), eps,
+        reinterpret_cast<float4 *>(y), split ? reinterpret_cast<uint32_t *>(split->xs) : nullptr, split ? split->sx : nullptr,
+        act_block);
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return Status::ok();
+}
 
 }  // namespace
 
@@ -82,27 +115,20 @@ bool collapse_norm_fits(int hc, int64_t D) {
 
 Status hc_collapse_norm(const float *X, const float *pre, int64_t S, int hc, int64_t D, bool round_bf16, const float *w,
                         float eps, float *y, const gemv_split *split, int act_block, cudaStream_t stream) {
-    if (S < 0 || !collapse_norm_fits(hc, D))
-        return bad("S " + std::to_string(S) + ", hc " + std::to_string(hc) + " (1..8), D " + std::to_string(D) +
-                   " (a multiple of 4, at most 8192)");
+    if (hc < 1) return bad("hc " + std::to_string(hc) + " (1..8)");
+    DS41RT_RETURN_IF_ERROR(check(X, S, hc, D, w, y, split, act_block));
     if (S == 0) return Status::ok();
-    if (!X || !pre || !y) return bad("null X, pre or y");
-    auto a16 = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
-    if (!a16(X) || !a16(y) || (w && !a16(w))) return bad("X, w and y must be 16-byte aligned");
+    if (!pre) return bad("null pre");
     if (y < X + S * hc * D && X < y + S * D) return bad("y overlaps X");
-    if (split) {
-        if (!split->xs || !split->sx) return bad("a split needs xs and sx");
-        if (S > gd::SX_TOKENS) return bad("a split holds at most 16 rows, not " + std::to_string(S));
-        if ((act_block != 32 && act_block != 128) || D % act_block != 0)
-            return bad("act_block " + std::to_string(act_block) + " (32 or 128, dividing D " + std::to_string(D) + ")");
-        if ((reinterpret_cast<uintptr_t>(split->xs) & 3u) != 0) return bad("split xs must be 4-byte aligned");
-    }
-    collapse_norm_kernel<<<unsigned(S), VEC_THREADS, 0, stream>>>(
-        reinterpret_cast<const float4 *>(X), pre, hc, int(D / 4), round_bf16, reinterpret_cast<const float4 *>(w), eps,
-        reinterpret_cast<float4 *>(y), split ? reinterpret_cast<uint32_t *>(split->xs) : nullptr, split ? split->sx : nullptr,
-        act_block);
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    return Status::ok();
+    return launch(X, pre, S, hc, D, round_bf16, w, eps, y, split, act_block, stream);
+}
+
+Status rms_norm_split(const float *x, const float *w, float *y, int64_t S, int64_t D, bool round_bf16, float eps,
+                      const gemv_split *split, int act_block, cudaStream_t stream) {
+    DS41RT_RETURN_IF_ERROR(check(x, S, 0, D, w, y, split, act_block));
+    if (S == 0) return Status::ok();
+    if (y != x && y < x + S * D && x < y + S * D) return bad("y overlaps x other than in place");
+    return launch(x, nullptr, S, 0, D, round_bf16, w, eps, y, split, act_block, stream);
 }
 
 }  // namespace ds41rt::backend::cuda

@@ -23,5 +23,9 @@ namespace ds41rt::backend::cuda {
 Status hc_collapse_norm(const float *X, const float *pre, int64_t S, int hc, int64_t D, bool round_bf16, const float *w,
                         float eps, float *y, const gemv_split *split, int act_block, cudaStream_t stream);
 bool collapse_norm_fits(int hc, int64_t D);
+// The same without the collapse: y = rms_norm(x) (rms_norm_rows' bits; y may be x) and, with a
+// split, y's GEMV split: a norm whose output only feeds official GEMVs (the q norm before wq_b).
+Status rms_norm_split(const float *x, const float *w, float *y, int64_t S, int64_t D, bool round_bf16, float eps,
+                      const gemv_split *split, int act_block, cudaStream_t stream);
 
 }  // namespace ds41rt::backend::cuda

@@ -534,6 +534,20 @@ Result<cuda::gemv_split> device_model::hc_collapse_norm(const float *X, const fl
     return sp;
 }
 
+Result<cuda::gemv_split> device_model::rms_norm_split(float *x, const float *w, int64_t S, int64_t dim, uint8_t *xs,
+                                                     float *sx) const {
+    const int ab = cfg_.fp8_block_in;
+    if (!cuda::collapse_norm_fits(1, dim)) {
+        DS41RT_RETURN_IF_ERROR(cuda::rms_norm_rows(x, w, x, S, dim, cfg_.norm_eps, official_, stream_));
+        return cuda::gemv_split{};
+    }
+    cuda::gemv_split sp;
+    if (xs && sx && official_ && S <= GEMV_MAX_ROWS && (ab == 32 || ab == 128) && dim % ab == 0) sp = {xs, sx};
+    DS41RT_RETURN_IF_ERROR(
+        cuda::rms_norm_split(x, w, x, S, dim, official_, cfg_.norm_eps, sp.xs ? &sp : nullptr, ab, stream_));
+    return sp;
+}
+
 Status device_model::grouped_output(const dlinear &wo_a, const dlinear &wo_b, const float *o, int64_t S,
                                     int64_t heads_width, int64_t G, int64_t R, float *out) const {
     const int64_t gin = heads_width / G;

@@ -201,6 +201,9 @@ public:
     // 128 also x's GEMV split there. Returns the split made, or none (GEMVs on x then split it).
     Result<backend::cuda::gemv_split> hc_collapse_norm(const float *X, const float *pre, int64_t S, const float *w,
                                                        float *x, uint8_t *xs, float *sx) const;
+    // The same for a plain RMSNorm of x [S, dim] in place (the q rows before wq_b).
+    Result<backend::cuda::gemv_split> rms_norm_split(float *x, const float *w, int64_t S, int64_t dim, uint8_t *xs,
+                                                     float *sx) const;
     // Bumped whenever the GEMV workspace is reallocated: graphs captured before hold the old one.
     uint64_t workspace_generation() const { return ws_gen_; }
     // The head over the rows whose logits a step returns (rows: their indices in x [S, K]; null:

@@ -467,8 +467,10 @@ private:
         const float *inv = inv_for(layer), *x = b.x.f();
         begin("attn.qkv");
         DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.wq_a, x, b.qr.f(), xsplit}, {&L.wkv, x, b.kv.f(), xsplit}}, S, lin::FP8));
-        DS41RT_RETURN_IF_ERROR(norm(b.qr.f(), L.q_norm, S, qlr));
-        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.wq_b, b.qr.f(), b.q.f(), S, lin::FP8));
+        // q_norm with wq_b's split (b.xs is free again: wq_a and wkv have read it).
+        auto qsplit = m_->rms_norm_split(b.qr.f(), L.q_norm, S, qlr, b.xs.as<uint8_t>(), b.sx.f());
+        if (!qsplit) return qsplit.status();
+        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.wq_b, b.qr.f(), b.q.f(), *qsplit}}, S, lin::FP8));
         DS41RT_RETURN_IF_ERROR(rope(b.q.f(), S * H, hd, pos_d, H, inv, false));
         DS41RT_RETURN_IF_ERROR(norm(b.kv.f(), L.kv_norm, S, hd));
         DS41RT_RETURN_IF_ERROR(rope(b.kv.f(), S, hd, pos_d, 1, inv, false));

@@ -428,8 +428,10 @@ private:
         begin("attn.qkv");
         // q = rope(rms_unweighted_per_head(wq_b(q_norm(wq_a(x))))); kv = rope(kv_norm(wkv(x))).
         DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.wq_a, x, qr.f(), xsplit}, {&L.wkv, x, kv.f(), xsplit}}, S, lin::FP8));
-        DS41RT_RETURN_IF_ERROR(norm(qr.f(), L.q_norm, S, qlr));
-        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.wq_b, qr.f(), q.f(), S, lin::FP8));
+        // q_norm with wq_b's split (b.xs is free again: wq_a and wkv have read it).
+        auto qsplit = m_->rms_norm_split(qr.f(), L.q_norm, S, qlr, b.xs.as<uint8_t>(), b.sx.f());
+        if (!qsplit) return qsplit.status();
+        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.wq_b, qr.f(), q.f(), *qsplit}}, S, lin::FP8));
         // transformers deviation (3): the per-head q norm in fp32 (OFFICIAL: bf16 arithmetic).
         if (official_)
             DS41RT_RETURN_IF_ERROR(cuda::rms_norm_unweighted_bf16_rows(q.f(), S * H, hd, eps(), st()));
