@@ -7,6 +7,7 @@
 // the norm to bf16). Outputs and split buffers start poisoned.
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -47,66 +48,72 @@ std::vector<float> gemv_of(const cuda::device_info &dev, const testing_util::qua
     return y.download();
 }
 
-TEST_F(CudaCollapseNorm, EqualsCollapseThenNormAndTheGemvSplit) {
+// body(q, act_block, official, S, what) for every act_block (32, 128), both numerics and each S,
+// q: the check GEMV's weights on that act_block's grid.
+template <class F>
+void each_case(std::initializer_list<int> rows, uint32_t seed, F body) {
+    for (int act_block : {32, 128}) {
+        const testing_util::quant_weight q = testing_util::random_fp8_block(int(N), int(D), act_block, act_block, seed);
+        for (bool official : {false, true})
+            for (int S : rows)
+                body(q, act_block, official, S,
+                     "act_block " + std::to_string(act_block) + (official ? " official" : " transformers") + " S " +
+                         std::to_string(S));
+    }
+}
+
+std::vector<float> norm_weights() {
+    std::vector<float> w = testing_util::random_normal(size_t(D), 11);
+    for (float &v : w) v = 1.0f + 0.1f * v;
+    return w;
+}
+
+// y against the reference rows, bit for bit; the GEMV on the split against the GEMV splitting
+// the reference rows itself, bit for bit.
+void expect_same(const testing_util::quant_weight &q, const dev_vec<float> &got, const dev_vec<float> &ref,
+                 const cuda::gemv_split &split, int S, int act_block, const std::string &what) {
     auto dev = cuda::query_device();
     ASSERT_TRUE(dev.is_ok());
-    for (int act_block : {32, 128}) {
-        const testing_util::quant_weight q = testing_util::random_fp8_block(int(N), int(D), act_block, act_block, 7);
-        for (bool official : {false, true})
-            for (int S : {1, 5, 16}) {
-                const std::string what = "act_block " + std::to_string(act_block) + (official ? " official" : " transformers") +
-                                         " S " + std::to_string(S);
-                std::vector<float> X = testing_util::random_normal(size_t(S) * HC * D, uint32_t(S + act_block));
-                std::vector<float> pre = testing_util::random_normal(size_t(S) * HC, uint32_t(S + 3));
-                for (float &p : pre) p = 0.5f + 0.25f * p;
-                std::vector<float> w = testing_util::random_normal(size_t(D), 11);
-                for (float &v : w) v = 1.0f + 0.1f * v;
-                dev_vec<float> dX(X), dpre(pre), dw(w), ref(size_t(S) * D), got(size_t(S) * D);
-                dev_vec<uint8_t> xs(size_t(S) * D);
-                dev_vec<float> sx(size_t(D / 32) * 16);
-                ref.poison(), got.poison(), xs.poison(), sx.poison();
-                ASSERT_TRUE(cuda::hc_collapse(dX.p, dpre.p, S, HC, D, official, ref.p, nullptr).is_ok());
-                ASSERT_TRUE(cuda::rms_norm_rows(ref.p, dw.p, ref.p, S, D, 1e-6f, official, nullptr).is_ok());
-                const cuda::gemv_split split{xs.p, sx.p};
-                const Status st = cuda::hc_collapse_norm(dX.p, dpre.p, S, HC, D, official, dw.p, 1e-6f, got.p, &split,
-                                                         act_block, nullptr);
-                ASSERT_TRUE(st.is_ok()) << st.to_string();
-                EXPECT_EQ(testing_util::bit_mismatches(got.download(), ref.download(), what + ": y"), 0u);
-                const std::vector<float> own = gemv_of(*dev, q, ref.p, S, act_block, nullptr);
-                const std::vector<float> given = gemv_of(*dev, q, ref.p, S, act_block, &split);
-                EXPECT_EQ(testing_util::bit_mismatches(given, own, what + ": GEMV on the split"), 0u);
-            }
-    }
+    EXPECT_EQ(testing_util::bit_mismatches(got.download(), ref.download(), what + ": y"), 0u);
+    const std::vector<float> own = gemv_of(*dev, q, ref.p, S, act_block, nullptr);
+    const std::vector<float> given = gemv_of(*dev, q, ref.p, S, act_block, &split);
+    EXPECT_EQ(testing_util::bit_mismatches(given, own, what + ": GEMV on the split"), 0u);
+}
+
+TEST_F(CudaCollapseNorm, EqualsCollapseThenNormAndTheGemvSplit) {
+    each_case({1, 5, 16}, 7, [](const testing_util::quant_weight &q, int act_block, bool official, int S, const std::string &what) {
+        std::vector<float> X = testing_util::random_normal(size_t(S) * HC * D, uint32_t(S + act_block));
+        std::vector<float> pre = testing_util::random_normal(size_t(S) * HC, uint32_t(S + 3));
+        for (float &p : pre) p = 0.5f + 0.25f * p;
+        dev_vec<float> dX(X), dpre(pre), dw(norm_weights()), ref(size_t(S) * D), got(size_t(S) * D);
+        dev_vec<uint8_t> xs(size_t(S) * D);
+        dev_vec<float> sx(size_t(D / 32) * 16);
+        ref.poison(), got.poison(), xs.poison(), sx.poison();
+        ASSERT_TRUE(cuda::hc_collapse(dX.p, dpre.p, S, HC, D, official, ref.p, nullptr).is_ok());
+        ASSERT_TRUE(cuda::rms_norm_rows(ref.p, dw.p, ref.p, S, D, 1e-6f, official, nullptr).is_ok());
+        const cuda::gemv_split split{xs.p, sx.p};
+        const Status st =
+            cuda::hc_collapse_norm(dX.p, dpre.p, S, HC, D, official, dw.p, 1e-6f, got.p, &split, act_block, nullptr);
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        expect_same(q, got, ref, split, S, act_block, what);
+    });
 }
 
 // rms_norm_split in place (as the engine runs it on the q rows) against rms_norm_rows, and the
 // GEMV on its split against the GEMV splitting the normalized rows itself.
 TEST_F(CudaCollapseNorm, NormSplitEqualsNormAndTheGemvSplit) {
-    auto dev = cuda::query_device();
-    ASSERT_TRUE(dev.is_ok());
-    for (int act_block : {32, 128}) {
-        const testing_util::quant_weight q = testing_util::random_fp8_block(int(N), int(D), act_block, act_block, 9);
-        for (bool official : {false, true})
-            for (int S : {1, 16}) {
-                const std::string what = "norm split, act_block " + std::to_string(act_block) +
-                                         (official ? " official" : " transformers") + " S " + std::to_string(S);
-                std::vector<float> x = testing_util::random_normal(size_t(S) * D, uint32_t(S + 2 * act_block));
-                std::vector<float> w = testing_util::random_normal(size_t(D), 13);
-                for (float &v : w) v = 1.0f + 0.1f * v;
-                dev_vec<float> ref(x), got(x), dw(w);
-                dev_vec<uint8_t> xs(size_t(S) * D);
-                dev_vec<float> sx(size_t(D / 32) * 16);
-                xs.poison(), sx.poison();
-                ASSERT_TRUE(cuda::rms_norm_rows(ref.p, dw.p, ref.p, S, D, 1e-6f, official, nullptr).is_ok());
-                const cuda::gemv_split split{xs.p, sx.p};
-                const Status st = cuda::rms_norm_split(got.p, dw.p, got.p, S, D, official, 1e-6f, &split, act_block, nullptr);
-                ASSERT_TRUE(st.is_ok()) << st.to_string();
-                EXPECT_EQ(testing_util::bit_mismatches(got.download(), ref.download(), what + ": y"), 0u);
-                const std::vector<float> own = gemv_of(*dev, q, ref.p, S, act_block, nullptr);
-                const std::vector<float> given = gemv_of(*dev, q, ref.p, S, act_block, &split);
-                EXPECT_EQ(testing_util::bit_mismatches(given, own, what + ": GEMV on the split"), 0u);
-            }
-    }
+    each_case({1, 16}, 9, [](const testing_util::quant_weight &q, int act_block, bool official, int S, const std::string &what) {
+        std::vector<float> x = testing_util::random_normal(size_t(S) * D, uint32_t(S + 2 * act_block));
+        dev_vec<float> ref(x), got(x), dw(norm_weights());
+        dev_vec<uint8_t> xs(size_t(S) * D);
+        dev_vec<float> sx(size_t(D / 32) * 16);
+        xs.poison(), sx.poison();
+        ASSERT_TRUE(cuda::rms_norm_rows(ref.p, dw.p, ref.p, S, D, 1e-6f, official, nullptr).is_ok());
+        const cuda::gemv_split split{xs.p, sx.p};
+        const Status st = cuda::rms_norm_split(got.p, dw.p, got.p, S, D, official, 1e-6f, &split, act_block, nullptr);
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        expect_same(q, got, ref, split, S, act_block, "norm split, " + what);
+    });
 }
 
 TEST_F(CudaCollapseNorm, RejectsBadShapes) {
