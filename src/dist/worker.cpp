@@ -184,11 +184,11 @@ Result<std::unique_ptr<expert_worker>> expert_worker::load_dummy(const model::mo
     if (plan.num_layers > c.n_layers)
         return Status::invalid_argument("worker: the plan has " + std::to_string(plan.num_layers) + " layers, the model " +
                                         std::to_string(c.n_layers));
-    const bool exl3 = c.routed_quant == model::expert_quant::EXL3;
-    if (!(plan.format == "official" && c.routed_quant == model::expert_quant::OFFICIAL) && !(plan.format == "exl3" && exl3))
-        return Status::not_supported("worker: dummy weights exist for official (MXFP4) and EXL3 routed experts; the plan is "
-                                     "for " + plan.format + ", the model's routed experts are " +
-                                     model::expert_quant_name(c.routed_quant));
+    const bool exl3 = c.routed_quant == model::expert_quant::EXL3, nvfp4 = c.routed_quant == model::expert_quant::NVFP4;
+    auto pf = parse_expert_format(plan.format);
+    if (!pf || pf.value() != c.routed_quant)
+        return Status::invalid_argument("worker: the plan is for " + plan.format + " experts, the model's routed experts are " +
+                                        model::expert_quant_name(c.routed_quant));
 #ifndef DS41RT_HAVE_CUDA
     (void)seed;
     return Status::not_supported("worker: dummy weights need a build with CUDA");
@@ -205,8 +205,8 @@ Result<std::unique_ptr<expert_worker>> expert_worker::load_dummy(const model::mo
     auto g = gpu_experts::make(device);
     if (!g) return Status(g.status().code(), "worker: GPU " + std::to_string(device) + ": " + g.status().message());
     wk->gpu_ = std::move(g.value());
-    const int align = expert_slice_align(c, exl3 ? expert_format::EXL3 : expert_format::OFFICIAL);
-    const model::storage_format stored = exl3 ? model::storage_format::EXL3 : model::storage_format::MXFP4;
+    const int align = expert_slice_align(c, c.routed_quant);
+    const model::storage_format stored = expert_storage(c.routed_quant);
     for (const LayerPlacement &lp : plan.layers) {
         if (!lp.remote) continue;
         auto held = slice_of(lp, rank, c, align);
@@ -226,7 +226,10 @@ Result<std::unique_ptr<expert_worker>> expert_worker::load_dummy(const model::mo
                                                  " tensor of normal values");
                 backend::cpu::dummy_tensor_desc d;  // as engine/cuda/device_model fills the whole tensor
                 d.name = t.entry.name.c_str();
-                d.format = exl3 ? backend::cpu::dummy_format::EXL3 : backend::cpu::dummy_format::MXFP4;
+                d.format = exl3    ? backend::cpu::dummy_format::EXL3
+                           : nvfp4 ? backend::cpu::dummy_format::NVFP4
+                                   : backend::cpu::dummy_format::MXFP4;
+                if (t.input_amax > 0) d.input_amax = t.input_amax;
                 if (t.exl3_bits > 0) d.exl3_bits = t.exl3_bits;
                 d.exl3_code_rms = t.exl3_code_rms;
                 d.rows = t.entry.shape.size() >= 2 ? t.entry.shape[0] : 1;
@@ -247,6 +250,8 @@ Result<std::unique_ptr<expert_worker>> expert_worker::load_dummy(const model::mo
             }
         if (exl3)
             DS41RT_RETURN_IF_ERROR(wk->gpu_->add_dummy_exl3_layer(lp.layer, c.dim, c.swiglu_limit, windows, seed, c.exl3_cb));
+        else if (nvfp4)
+            DS41RT_RETURN_IF_ERROR(wk->gpu_->add_dummy_nvfp4_layer(lp.layer, c.dim, c.swiglu_limit, windows, seed));
         else
             DS41RT_RETURN_IF_ERROR(
                 wk->gpu_->add_dummy_layer(lp.layer, c.dim, ls.slice.width(), c.swiglu_limit, windows, seed));

@@ -116,6 +116,35 @@ Status gpu_experts::add_layer(int layer, int64_t D, float swiglu_limit,
     return Status::ok();
 }
 
+namespace {
+
+// An NVFP4 expert's three slices ({w1, w2, w3}: their input widths and their two scalars) as the
+// GPU's W4A4 decode can take them: w1 and w3 sharing their scalars (the checkpoint's check), every
+// input whole 32 channels (the W4A4 GEMV's K).
+Status check_nvfp4(const std::string &what, const std::array<int64_t, 3> &in, const std::array<float, 3> &weight_scale_2,
+                   const std::array<float, 3> &input_scale) {
+    if (weight_scale_2[0] != weight_scale_2[2] || input_scale[0] != input_scale[2])
+        return Status::invalid_argument(what + ": NVFP4 w1 and w3 have different weight_scale_2 / input_scale");
+    for (int64_t w : in)
+        if (w % 32 != 0)
+            return Status::invalid_argument(what + ": an NVFP4 slice " + std::to_string(w) +
+                                            " channels wide: the GPU's W4A4 GEMV takes whole 32-channel inputs "
+                                            "(choose a TP width whose slices are, or a CPU worker)");
+    return Status::ok();
+}
+
+// dev = {w1 codes, w1 scales, w2 codes, w2 scales, w3 codes, w3 scales} on this GPU.
+cuda::moe_nvfp4_expert nvfp4_expert(const uint8_t *const (&dev)[6], const std::array<float, 3> &weight_scale_2,
+                                    const std::array<float, 3> &input_scale) {
+    cuda::moe_nvfp4_expert x;
+    x.w1 = dev[0], x.w1_scale = dev[1], x.w2 = dev[2], x.w2_scale = dev[3], x.w3 = dev[4], x.w3_scale = dev[5];
+    x.w13_weight_scale_2 = weight_scale_2[0], x.w13_input_scale = input_scale[0];
+    x.w2_weight_scale_2 = weight_scale_2[1], x.w2_input_scale = input_scale[1];
+    return x;
+}
+
+}  // namespace
+
 Status gpu_experts::add_nvfp4_layer(int layer, int64_t D, float swiglu_limit,
                                     std::vector<std::array<model::nvfp4_slice, 3>> experts) {
     DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(p_->dev.device));
@@ -124,23 +153,46 @@ Status gpu_experts::add_nvfp4_layer(int layer, int64_t D, float swiglu_limit,
     L.swiglu_limit = swiglu_limit;
     for (size_t id = 0; id < experts.size(); id++) {
         const auto &e = experts[id];
-        const std::string what = "layer " + std::to_string(layer) + " expert " + std::to_string(id);
-        if (e[0].weight_scale_2 != e[2].weight_scale_2 || e[0].input_scale != e[2].input_scale)
-            return Status::invalid_argument(what + ": NVFP4 w1 and w3 have different weight_scale_2 / input_scale");
-        for (int i = 0; i < 3; i++)
-            if (e[size_t(i)].in % 32 != 0)
-                return Status::invalid_argument(what + ": an NVFP4 slice " + std::to_string(e[size_t(i)].in) +
-                                                " channels wide: the GPU's W4A4 GEMV takes whole 32-channel inputs "
-                                                "(choose a TP width whose slices are, or a CPU worker)");
+        const std::array<float, 3> ws2 = {e[0].weight_scale_2, e[1].weight_scale_2, e[2].weight_scale_2};
+        const std::array<float, 3> is = {e[0].input_scale, e[1].input_scale, e[2].input_scale};
+        DS41RT_RETURN_IF_ERROR(
+            check_nvfp4("layer " + std::to_string(layer) + " expert " + std::to_string(id), {e[0].in, e[1].in, e[2].in}, ws2, is));
         const uint8_t *dev[6];
         DS41RT_RETURN_IF_ERROR(upload_slices(e, dev));
         L.I = int(e[0].out);
-        cuda::moe_nvfp4_expert x;
-        x.w1 = dev[0], x.w1_scale = dev[1], x.w2 = dev[2], x.w2_scale = dev[3], x.w3 = dev[4], x.w3_scale = dev[5];
-        x.w13_weight_scale_2 = e[0].weight_scale_2, x.w13_input_scale = e[0].input_scale;
-        x.w2_weight_scale_2 = e[1].weight_scale_2, x.w2_input_scale = e[1].input_scale;
-        L.nvfp4_experts.push_back(x);
+        L.nvfp4_experts.push_back(nvfp4_expert(dev, ws2, is));
     }
+    p_->layers[layer] = std::move(L);
+    return Status::ok();
+}
+
+Status gpu_experts::add_dummy_nvfp4_layer(int layer, int64_t D, float swiglu_limit,
+                                          const std::vector<std::array<backend::cpu::dummy_tensor_desc, 3>> &windows,
+                                          uint64_t seed) {
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(p_->dev.device));
+    cuda::moe_layer L;
+    L.D = int(D);
+    L.swiglu_limit = swiglu_limit;
+    for (size_t id = 0; id < windows.size(); id++) {
+        const auto &e = windows[id];
+        std::array<int64_t, 3> in{};
+        std::array<float, 3> ws2{}, is{};
+        for (int i = 0; i < 3; i++) {
+            const backend::cpu::dummy_tensor_desc &d = e[size_t(i)];
+            if (d.format != backend::cpu::dummy_format::NVFP4)
+                return Status::invalid_argument(std::string(d.name ? d.name : "a dummy expert") + ": not NVFP4");
+            auto enc = backend::cpu::dummy_encoding_for(d);
+            if (!enc) return enc.status();
+            ws2[size_t(i)] = enc->weight_scale_2, is[size_t(i)] = enc->input_scale;
+            in[size_t(i)] = d.ncols < 0 ? d.cols - d.col0 : d.ncols;
+        }
+        DS41RT_RETURN_IF_ERROR(check_nvfp4("layer " + std::to_string(layer) + " expert " + std::to_string(id), in, ws2, is));
+        const uint8_t *dev[6];
+        for (int i = 0; i < 3; i++) DS41RT_RETURN_IF_ERROR(fill_window(e[size_t(i)], seed, &dev[i * 2], &dev[i * 2 + 1]));
+        L.I = int(e[0].nrows < 0 ? e[0].rows - e[0].row0 : e[0].nrows);
+        L.nvfp4_experts.push_back(nvfp4_expert(dev, ws2, is));
+    }
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(p_->stream));
     p_->layers[layer] = std::move(L);
     return Status::ok();
 }
@@ -171,6 +223,22 @@ Status gpu_experts::add_exl3_layer(int layer, int64_t D, float swiglu_limit,
     return Status::ok();
 }
 
+Status gpu_experts::fill_window(const backend::cpu::dummy_tensor_desc &d, uint64_t seed, const uint8_t **w,
+                                const uint8_t **scale) {
+    auto b = backend::cpu::dummy_bytes(d);
+    if (!b) return b.status();
+    void *pw = nullptr, *ps = nullptr;
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&pw, std::max<uint64_t>(b->weight, 16)));
+    p_->blocks.push_back(pw);
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&ps, std::max<uint64_t>(b->scale, 16)));
+    p_->blocks.push_back(ps);
+    DS41RT_RETURN_IF_ERROR(cuda::fill_dummy(d, pw, ps, seed, p_->stream));
+    bytes_ += b->weight + b->scale;
+    *w = static_cast<const uint8_t *>(pw);
+    *scale = static_cast<const uint8_t *>(ps);
+    return Status::ok();
+}
+
 Status gpu_experts::add_dummy_layer(int layer, int64_t D, int64_t I, float swiglu_limit,
                                     const std::vector<std::array<backend::cpu::dummy_tensor_desc, 3>> &windows,
                                     uint64_t seed) {
@@ -181,19 +249,7 @@ Status gpu_experts::add_dummy_layer(int layer, int64_t D, int64_t I, float swigl
     L.swiglu_limit = swiglu_limit;
     for (const auto &e : windows) {
         const uint8_t *dev[6];
-        for (int i = 0; i < 3; i++) {
-            auto b = backend::cpu::dummy_bytes(e[size_t(i)]);
-            if (!b) return b.status();
-            void *w = nullptr, *sc = nullptr;
-            DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&w, std::max<uint64_t>(b->weight, 16)));
-            p_->blocks.push_back(w);
-            DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&sc, std::max<uint64_t>(b->scale, 16)));
-            p_->blocks.push_back(sc);
-            DS41RT_RETURN_IF_ERROR(cuda::fill_dummy(e[size_t(i)], w, sc, seed, p_->stream));
-            bytes_ += b->weight + b->scale;
-            dev[i * 2] = static_cast<const uint8_t *>(w);
-            dev[i * 2 + 1] = static_cast<const uint8_t *>(sc);
-        }
+        for (int i = 0; i < 3; i++) DS41RT_RETURN_IF_ERROR(fill_window(e[size_t(i)], seed, &dev[i * 2], &dev[i * 2 + 1]));
         L.experts.push_back({dev[0], dev[1], dev[4], dev[5], dev[2], dev[3]});  // w1, w3, w2
     }
     DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(p_->stream));

@@ -49,6 +49,11 @@ public:
     // the GPU from (seed, tensor id) so they hold exactly those ranges of the whole tensors.
     Status add_dummy_layer(int layer, int64_t D, int64_t I, float swiglu_limit,
                            const std::vector<std::array<backend::cpu::dummy_tensor_desc, 3>> &windows, uint64_t seed);
+    // The same for NVFP4 windows (E2M1 codes and the E4M3 scale plane as published; the two
+    // scalars of each window from its encoding, backend/cpu dummy_encoding_for), run as
+    // add_nvfp4_layer's slices, with its checks.
+    Status add_dummy_nvfp4_layer(int layer, int64_t D, float swiglu_limit,
+                                 const std::vector<std::array<backend::cpu::dummy_tensor_desc, 3>> &windows, uint64_t seed);
     // The same for EXL3 windows (trellis, then suh and svh in the scale buffer, as the dummy fill
     // lays them out), run as add_exl3_layer's slices; cb: the codebook the config announces.
     Status add_dummy_exl3_layer(int layer, int64_t D, float swiglu_limit,
@@ -83,6 +88,8 @@ private:
     gpu_experts() = default;
     // bytes of host memory copied to a device block this object owns (counted in device_bytes).
     Result<const uint8_t *> upload(const void *host, size_t bytes);
+    // A dummy window filled on the GPU into two blocks this object owns (values, scales).
+    Status fill_window(const backend::cpu::dummy_tensor_desc &d, uint64_t seed, const uint8_t **w, const uint8_t **scale);
     // An expert's three slices (MXFP4 or NVFP4) uploaded: dev = {w1 codes, w1 scales, w2 codes,
     // w2 scales, w3 codes, w3 scales}.
     template <class Slice>
