@@ -271,23 +271,16 @@ Status gpu_experts::add_dummy_exl3_layer(int layer, int64_t D, float swiglu_limi
             const backend::cpu::dummy_tensor_desc &d = e[size_t(i)];
             if (d.format != backend::cpu::dummy_format::EXL3)
                 return Status::invalid_argument(std::string(d.name ? d.name : "a dummy expert") + ": not EXL3");
-            auto b = backend::cpu::dummy_bytes(d);
-            if (!b) return b.status();
-            void *w = nullptr, *sc = nullptr;
-            DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&w, std::max<uint64_t>(b->weight, 16)));
-            p_->blocks.push_back(w);
-            DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&sc, std::max<uint64_t>(b->scale, 16)));
-            p_->blocks.push_back(sc);
-            DS41RT_RETURN_IF_ERROR(cuda::fill_dummy(d, w, sc, seed, p_->stream));
-            bytes_ += b->weight + b->scale;
+            const uint8_t *w = nullptr, *sc = nullptr;
+            DS41RT_RETURN_IF_ERROR(fill_window(d, seed, &w, &sc));
             // The window's logical [out, in] (rows x cols of the descriptor).
             cuda::exl3_linear_dev &l = *dst[i];
             l.out = d.nrows >= 0 ? d.nrows : d.rows - d.row0;
             l.in = d.ncols >= 0 ? d.ncols : d.cols - d.col0;
             l.k = d.exl3_bits;
             l.cb = cuda::exl3_cb(int(cb));  // the same numbering (exllamav3's)
-            l.trellis = static_cast<const uint16_t *>(w);
-            l.suh = static_cast<const uint16_t *>(sc);
+            l.trellis = reinterpret_cast<const uint16_t *>(w);
+            l.suh = reinterpret_cast<const uint16_t *>(sc);
             l.svh = l.suh + l.in;
         }
         L.experts.push_back(x);
