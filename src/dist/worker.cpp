@@ -184,7 +184,6 @@ Result<std::unique_ptr<expert_worker>> expert_worker::load_dummy(const model::mo
     if (plan.num_layers > c.n_layers)
         return Status::invalid_argument("worker: the plan has " + std::to_string(plan.num_layers) + " layers, the model " +
                                         std::to_string(c.n_layers));
-    const bool exl3 = c.routed_quant == model::expert_quant::EXL3, nvfp4 = c.routed_quant == model::expert_quant::NVFP4;
     auto pf = parse_expert_format(plan.format);
     if (!pf || pf.value() != c.routed_quant)
         return Status::invalid_argument("worker: the plan is for " + plan.format + " experts, the model's routed experts are " +
@@ -193,6 +192,7 @@ Result<std::unique_ptr<expert_worker>> expert_worker::load_dummy(const model::mo
     (void)seed;
     return Status::not_supported("worker: dummy weights need a build with CUDA");
 #else
+    const bool exl3 = c.routed_quant == model::expert_quant::EXL3, nvfp4 = c.routed_quant == model::expert_quant::NVFP4;
     auto dplan = model::plan_dummy_weights(c, plan.num_layers);
     if (!dplan) return dplan.status();
     std::map<std::string, const model::dummy_tensor *> by_name;
