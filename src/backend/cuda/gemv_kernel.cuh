@@ -200,7 +200,7 @@ __device__ __forceinline__ x8_operands<NT> load_x8(const uint2 *xrow, const floa
 // 8q+7 in the second. Hopper has no FP8 mma.sync: ptxas lowers m16n8k32.e4m3 to the same two
 // HMMA and conversions plus an fp32 add of the accumulator input, which a pair that starts from
 // zero does not need. (x kept as fp16 in memory would save its 4 conversions a tile, but doubles
-// its loads and registers: at M = 16 the MXFP4 experts then ran 68 -> 102 us, H200 2026-12-01.)
+// its loads and registers: six experts' w1 + w3 at M = 16 then ran 68 -> 79 us, H200 2026-12-01.)
 template <bool FP4, int NT>
 __device__ __forceinline__ void kblock_x8(uint2 la, uint2 lb, float sa, float sb, const x8_operands<NT> &o,
                                           float (&acc)[NT][4]) {
