@@ -79,6 +79,15 @@ void run(const fs::path &dir, engine::numerics mode, engine::backend_kind be, co
 
 // Layer 1's E experts of the EXL3 model: on the device as the engine holds them (gx) and
 // dequantized to fp32 as the CPU engine holds them (cx).
+// The routed experts' numerics of config c in one mode.
+backend::cpu::expert_numerics numerics_of(const model::model_config &c, bool official) {
+    backend::cpu::expert_numerics nm;
+    nm.official = official;
+    nm.act_block = c.fp8_block_in;
+    nm.swiglu_limit = c.swiglu_limit;
+    return nm;
+}
+
 void load_layer1_exl3(engine::gpu::device_model &m, const model::weights &w, int64_t E,
                       std::vector<backend::cuda::exl3_expert_dev> *gx, std::vector<backend::cpu::expert_weights> *cx) {
     gx->assign(static_cast<size_t>(E), {});
@@ -127,10 +136,7 @@ TEST(GpuExl3, RoutedSumMatchesTheCpu) {
         std::vector<backend::cpu::expert_weights> cx;
         load_layer1_exl3(m, *w, E, &gx, &cx);
         if (HasFatalFailure()) return;
-        backend::cpu::expert_numerics nm;
-        nm.official = official;
-        nm.act_block = c.fp8_block_in;
-        nm.swiglu_limit = c.swiglu_limit;
+        const backend::cpu::expert_numerics nm = numerics_of(c, official);
         std::vector<float> ref(static_cast<size_t>(S * D));
         ASSERT_TRUE(backend::cpu::routed_expert_sum(nm, cx, x.data(), D, rt, ref.data()));
 
@@ -230,10 +236,7 @@ TEST(GpuExl3, DeviceRoutedSumMatchesHostRoutedAndCpu) {
         std::vector<backend::cpu::expert_weights> cx;
         load_layer1_exl3(m, *w, E, &gx, &cx);
         if (HasFatalFailure()) return;
-        backend::cpu::expert_numerics nm;
-        nm.official = official;
-        nm.act_block = c.fp8_block_in;
-        nm.swiglu_limit = c.swiglu_limit;
+        const backend::cpu::expert_numerics nm = numerics_of(c, official);
         const char *what = official ? "official" : "transformers";
 
         auto big = backend::cuda::plan_exl3_routed(m.device(), gx, nm, D, int(S), K);

@@ -518,6 +518,12 @@ Status device_model::hc_mixes(const float *X, int64_t S, const float *fn, const 
                                    out.post.f(), out.comb.f(), stream_);
 }
 
+cuda::gemv_split device_model::split_into(uint8_t *xs, float *sx, int64_t S, int64_t width) const {
+    const int ab = cfg_.fp8_block_in;
+    if (xs && sx && official_ && S <= GEMV_MAX_ROWS && (ab == 32 || ab == 128) && width % ab == 0) return {xs, sx};
+    return {};
+}
+
 Result<cuda::gemv_split> device_model::hc_collapse_norm(const float *X, const float *pre, int64_t S, const float *w,
                                                        float *x, uint8_t *xs, float *sx) const {
     const int64_t D = cfg_.dim;
@@ -527,8 +533,7 @@ Result<cuda::gemv_split> device_model::hc_collapse_norm(const float *X, const fl
         DS41RT_RETURN_IF_ERROR(cuda::rms_norm_rows(x, w, x, S, D, cfg_.norm_eps, official_, stream_));
         return cuda::gemv_split{};
     }
-    cuda::gemv_split sp;
-    if (xs && sx && official_ && S <= GEMV_MAX_ROWS && (ab == 32 || ab == 128) && D % ab == 0) sp = {xs, sx};
+    const cuda::gemv_split sp = split_into(xs, sx, S, D);
     DS41RT_RETURN_IF_ERROR(
         cuda::hc_collapse_norm(X, pre, S, hc, D, official_, w, cfg_.norm_eps, x, sp.xs ? &sp : nullptr, ab, stream_));
     return sp;
@@ -541,8 +546,7 @@ Result<cuda::gemv_split> device_model::rms_norm_split(float *x, const float *w, 
         DS41RT_RETURN_IF_ERROR(cuda::rms_norm_rows(x, w, x, S, dim, cfg_.norm_eps, official_, stream_));
         return cuda::gemv_split{};
     }
-    cuda::gemv_split sp;
-    if (xs && sx && official_ && S <= GEMV_MAX_ROWS && (ab == 32 || ab == 128) && dim % ab == 0) sp = {xs, sx};
+    const cuda::gemv_split sp = split_into(xs, sx, S, dim);
     DS41RT_RETURN_IF_ERROR(
         cuda::rms_norm_split(x, w, x, S, dim, official_, cfg_.norm_eps, sp.xs ? &sp : nullptr, ab, stream_));
     return sp;

@@ -225,6 +225,9 @@ private:
     backend::cuda::gemv_matrix gemv_piece(const linear_job &j, int64_t m0, int64_t M, bool quant_x,
                                           backend::cpu::lin cls) const;
     Status run_gemv_pieces(const std::vector<backend::cuda::gemv_matrix> &pieces) const;
+    // xs / sx as the GEMV split of S rows `width` wide, when OFFICIAL's GEMV can take one there
+    // (S <= 16, activation blocks of 32 or 128 dividing the width); otherwise none.
+    backend::cuda::gemv_split split_into(uint8_t *xs, float *sx, int64_t S, int64_t width) const;
     // Fills a dummy tensor (or its first `rows` rows) on the device, as `as` when given.
     Status fill(const model::dummy_tensor &t, int64_t rows, void **w, void **scale, int as_format = -1);
 
