@@ -8,7 +8,9 @@
 // same for NVFP4 experts (the ModelOpt publication's config on the same tiny model: codes, E4M3
 // scale planes and each window's scalars filled as the coordinator's dummy engine fills them):
 // their W4A4 activation blocks (16) lie inside every slice, so the ranks' partials add up the
-// same way. Skips without a GPU.
+// same way. NVFP4 slices are cut on 16-channel blocks (TP2: 48 + 48), and the GPU's W4A4 GEMV
+// takes whole 32-channel inputs: TP3 (32 each) is checked, and TP2 must be refused at load with a
+// message naming the slice width. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -33,7 +35,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // format: "official" (the tiny synthesized model) or "nvfp4" (its NVFP4 publication).
-void slices_add_up(const std::string &format) {
+void slices_add_up(const std::string &format, const std::vector<int> &tps) {
     const fs::path dir = fs::temp_directory_path() / ("ds41rt_dummy_worker_test_" + format + std::to_string(getpid()));
     fs::remove_all(dir);
     if (format == "nvfp4") {
@@ -48,7 +50,7 @@ void slices_add_up(const std::string &format) {
     const int rows = 5;
     std::mt19937 rng(11);
     const worker_rows in = two_route_rows_of(rng, rows, D, 8);
-    auto answer = [&](int tp, int rank, std::vector<float> *out) {
+    auto plan_of = [&](int tp) {
         dist::Plan p;
         p.model_type = "deepseek_v41";
         p.format = format;
@@ -64,6 +66,10 @@ void slices_add_up(const std::string &format) {
             }
             p.layers.push_back(lp);
         }
+        return p;
+    };
+    auto answer = [&](int tp, int rank, std::vector<float> *out) {
+        const dist::Plan p = plan_of(tp);
         auto w = dist::expert_worker::load_dummy(*cfg, p, rank, 0, 7);
         ASSERT_TRUE(w) << w.status().to_string();
         auto r = worker_partial(**w, p, 3, false, in, D);
@@ -78,7 +84,7 @@ void slices_add_up(const std::string &format) {
         maxabs = std::max(maxabs, double(std::fabs(v)));
     }
     ASSERT_GT(maxabs, 0.0);
-    for (int tp : {2, 3}) {
+    for (int tp : tps) {
         std::vector<float> sum;
         for (int rank = 0; rank < tp; rank++) {
             std::vector<float> part;
@@ -94,17 +100,23 @@ void slices_add_up(const std::string &format) {
                     err / maxabs);
         EXPECT_LE(err / maxabs, 1e-5) << format << " TP" << tp;
     }
+    if (format == "nvfp4") {
+        auto refused = dist::expert_worker::load_dummy(*cfg, plan_of(2), 0, 0, 7);
+        ASSERT_FALSE(refused) << "NVFP4 TP2 slices of 48 channels must be refused on the GPU";
+        EXPECT_EQ(refused.status().code(), status_code::INVALID_ARGUMENT);
+        EXPECT_NE(refused.status().to_string().find("48 channels wide"), std::string::npos) << refused.status().to_string();
+    }
     fs::remove_all(dir);
 }
 
 TEST(DummyWorker, SlicesAddUpToTheWholeExperts) {
     if (auto dev = backend::cuda::query_device(0); !dev) GTEST_SKIP() << dev.status().to_string();
-    slices_add_up("official");
+    slices_add_up("official", {2, 3});
 }
 
 TEST(DummyWorker, Nvfp4SlicesAddUpToTheWholeExperts) {
     if (auto dev = backend::cuda::query_device(0); !dev) GTEST_SKIP() << dev.status().to_string();
-    slices_add_up("nvfp4");
+    slices_add_up("nvfp4", {3});
 }
 
 }  // namespace
