@@ -239,11 +239,13 @@ __device__ __forceinline__ bool locate(const routed_params &p, bool down, int it
     return true;
 }
 
-// At least 6 (NT 1) / 4 (NT 2) blocks per SM: ptxas then fits the item in 80 / 128 registers
-// (96 / 164 free-running) with 8 / 16 bytes of stack, and the extra resident warps hide more of
-// the weight stream's latency: H200, one V4.1 layer in official numerics, 105.1 -> 91.4 us at
-// B = 1 and 1102 -> 1051 us at B = 16 (7 blocks: 95.3 / 1067 us).
-constexpr int mxfp4_min_blocks(int nt) { return nt == 1 ? 6 : 4; }
+// At least 6 (NT 1) / 3 (NT 2) blocks per SM: ptxas then fits the item in 80 / 168 registers
+// with no stack. NT 1: the extra resident warps hide more of the weight stream's latency (H200,
+// one V4.1 layer in official numerics, 105.1 -> 91.4 us at B = 1 against 5 blocks; 7 blocks: 95.3;
+// and at e3edb34 the 16-layer C1 step 5.83 ms at 6 blocks, 6.09-6.12 at 5). NT 2: 4 blocks held
+// it to 128 registers with 88 bytes of stack spilled in the loop; 3 blocks run the 16-layer C16
+// step in 31.31-31.61 ms against 32.14-32.24 (H200, 2026-12-01, two runs each).
+constexpr int mxfp4_min_blocks(int nt) { return nt == 1 ? 6 : 3; }
 template <bool X8, int NT>
 __global__ void __launch_bounds__(WARPS * 32, mxfp4_min_blocks(NT))
     moe_routed_mxfp4_kernel(const __grid_constant__ routed_params p, bool down) {
