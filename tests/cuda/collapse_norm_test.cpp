@@ -28,26 +28,6 @@ constexpr int64_t D = 5120, N = 320;  // N: the check GEMV's rows (20 tiles)
 
 class CudaCollapseNorm : public testing_util::CudaOps {};
 
-// y = W y_in in official numerics, W FP8 on an act_block grid; split: y_in already split there.
-std::vector<float> gemv_of(const cuda::device_info &dev, const testing_util::quant_weight &q, const float *x, int S,
-                           int act_block, const cuda::gemv_split *split) {
-    dev_vec<uint8_t> w(q.w), sc(q.scale);
-    dev_vec<float> y(size_t(S) * N);
-    y.poison();
-    cuda::gemv_matrix m;
-    m.w = w.p, m.scale = sc.p, m.block_out = m.block_in = act_block;
-    m.N = int(N), m.K = int(D), m.M = S, m.x = x, m.y = y.p, m.act_block = act_block;
-    if (split) m.split = *split;
-    auto plan = cuda::plan_gemv(dev, {m});
-    EXPECT_TRUE(plan.is_ok()) << plan.status().to_string();
-    if (!plan) return {};
-    dev_vec<uint8_t> ws(plan->workspace_bytes);
-    EXPECT_EQ(cudaMemset(ws.p, 0, ws.n), cudaSuccess);
-    const Status st = cuda::run_gemv(*plan, ws.p, nullptr);
-    EXPECT_TRUE(st.is_ok()) << st.to_string();
-    return y.download();
-}
-
 // body(q, act_block, official, S, what) for every act_block (32, 128), both numerics and each S,
 // q: the check GEMV's weights on that act_block's grid.
 template <class F>
@@ -75,8 +55,8 @@ void expect_same(const testing_util::quant_weight &q, const dev_vec<float> &got,
     auto dev = cuda::query_device();
     ASSERT_TRUE(dev.is_ok());
     EXPECT_EQ(testing_util::bit_mismatches(got.download(), ref.download(), what + ": y"), 0u);
-    const std::vector<float> own = gemv_of(*dev, q, ref.p, S, act_block, nullptr);
-    const std::vector<float> given = gemv_of(*dev, q, ref.p, S, act_block, &split);
+    const std::vector<float> own = testing_util::official_gemv(*dev, q, ref.p, S, int(N), int(D), act_block, nullptr);
+    const std::vector<float> given = testing_util::official_gemv(*dev, q, ref.p, S, int(N), int(D), act_block, &split);
     EXPECT_EQ(testing_util::bit_mismatches(given, own, what + ": GEMV on the split"), 0u);
 }
 

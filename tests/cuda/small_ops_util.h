@@ -1,5 +1,6 @@
 // Helpers of the small-op GPU tests (norm, rope, quantizers, packing, SwiGLU, gathers): device
-// buffers that upload / download host vectors, NaN / 0xff poisoning, and bit comparisons.
+// buffers that upload / download host vectors, NaN / 0xff poisoning, bit comparisons, and the
+// official GEMV that checks a producer's split (gemv_split) through what it is for.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "backend/cuda/device_info.h"
+#include "backend/cuda/gemv.cuh"
 #include "core/dtype.h"
 #include "cuda_test_util.h"
 
@@ -136,5 +138,26 @@ protected:
         if (!d) GTEST_SKIP() << d.status().to_string();
     }
 };
+
+// y = W x in official numerics: W (q) FP8 [N, K] on an act_block grid, x [S, K] on the device,
+// split by the GEMV itself or, given one, taken from the producer's split.
+inline std::vector<float> official_gemv(const backend::cuda::device_info &dev, const quant_weight &q, const float *x,
+                                        int S, int N, int K, int act_block, const backend::cuda::gemv_split *split) {
+    dev_vec<uint8_t> w(q.w), sc(q.scale);
+    dev_vec<float> y(size_t(S) * N);
+    y.poison();
+    backend::cuda::gemv_matrix m;
+    m.w = w.p, m.scale = sc.p, m.block_out = m.block_in = act_block;
+    m.N = N, m.K = K, m.M = S, m.x = x, m.y = y.p, m.act_block = act_block;
+    if (split) m.split = *split;
+    auto plan = backend::cuda::plan_gemv(dev, {m});
+    EXPECT_TRUE(plan.is_ok()) << plan.status().to_string();
+    if (!plan) return {};
+    dev_vec<uint8_t> ws(plan->workspace_bytes);
+    EXPECT_EQ(cudaMemset(ws.p, 0, ws.n), cudaSuccess);
+    const Status st = backend::cuda::run_gemv(*plan, ws.p, nullptr);
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+    return y.download();
+}
 
 }  // namespace ds41rt::testing_util

@@ -6,6 +6,10 @@
 // evaluates in fp64 and rounds once and glibc's expf gets within ~0.5 ulp (<= 1 ulp apart, a few
 // ulp after the division and products). With bf16 output: within one bf16 ulp (<= 2^-7 relative).
 // Bit mismatches are printed. The output array is poisoned with NaN.
+// With a GEMV split (the shared expert's w2 input): h bit-identical to the launch without it, and
+// the same official GEMV run on the split gives the bits it gives splitting h itself (tolerance:
+// none), at V4.1's width (act_block 32) and V4's (128), 1, 5 and 16 rows, both roundings; split
+// buffers start poisoned.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -91,6 +95,41 @@ TEST_F(CudaSwiglu, SharedExpertAndV4Width) {
     check(8, 2304, 10.0f, false, false);
     check(8, 2048, 10.0f, true, false);
     check(4, 2048, 0.0f, false, false);  // no clamp
+}
+
+TEST_F(CudaSwiglu, SplitForTheNextGemvIsBitIdentical) {
+    auto dev = cuda::query_device();
+    ASSERT_TRUE(dev.is_ok());
+    for (auto [I, act_block] : {std::pair{2304, 32}, std::pair{2048, 128}}) {
+        const testing_util::quant_weight q = testing_util::random_fp8_block(320, I, act_block, act_block, uint32_t(I));
+        for (bool rb : {false, true})
+            for (int S : {1, 5, 16}) {
+                const std::string what = "I " + std::to_string(I) + " act_block " + std::to_string(act_block) + " S " +
+                                         std::to_string(S) + (rb ? " bf16" : "");
+                std::vector<float> g = testing_util::random_normal(size_t(S) * I, uint32_t(S + I));
+                std::vector<float> u = testing_util::random_normal(size_t(S) * I, uint32_t(S + I + 1));
+                for (auto &v : g) v *= 6.0f;
+                dev_vec<float> dg(g), du(u), ref(g.size()), got(g.size());
+                dev_vec<uint8_t> xs(size_t(S) * I);
+                dev_vec<float> sx(size_t(I / 32) * 16);
+                ref.poison(), got.poison(), xs.poison(), sx.poison();
+                ASSERT_TRUE(cuda::swiglu_rows(dg.p, du.p, nullptr, ref.p, S, I, 10.0f, rb, nullptr).is_ok());
+                const cuda::gemv_split split{xs.p, sx.p};
+                const Status st = cuda::swiglu_rows(dg.p, du.p, nullptr, got.p, S, I, 10.0f, rb, nullptr, &split, act_block);
+                ASSERT_TRUE(st.is_ok()) << st.to_string();
+                EXPECT_EQ(testing_util::bit_mismatches(got.download(), ref.download(), what + ": h"), 0u);
+                const std::vector<float> own = testing_util::official_gemv(*dev, q, ref.p, S, 320, I, act_block, nullptr);
+                const std::vector<float> given = testing_util::official_gemv(*dev, q, ref.p, S, 320, I, act_block, &split);
+                EXPECT_EQ(testing_util::bit_mismatches(given, own, what + ": GEMV on the split"), 0u);
+            }
+    }
+    dev_vec<float> g(32), u(32), h(32);
+    dev_vec<uint8_t> xs(32 * 17);
+    dev_vec<float> sx(16);
+    const cuda::gemv_split split{xs.p, sx.p};
+    EXPECT_FALSE(cuda::swiglu_rows(g.p, u.p, nullptr, h.p, 17, 32, 10.0f, false, nullptr, &split, 32).is_ok());  // 16 rows
+    EXPECT_FALSE(cuda::swiglu_rows(g.p, u.p, nullptr, h.p, 1, 32, 10.0f, false, nullptr, &split, 64).is_ok());   // act_block
+    EXPECT_FALSE(cuda::swiglu_rows(g.p, u.p, nullptr, h.p, 1, 32, 10.0f, false, nullptr, &split, 128).is_ok());  // divides I
 }
 
 TEST_F(CudaSwiglu, RejectsNegativeLimit) {

@@ -21,6 +21,7 @@
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/gemv_kernel.cuh"
 #include "backend/cuda/norm_row.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace ds41rt::backend::cuda {
 
@@ -34,6 +35,7 @@ constexpr int MAX_HC = 8;
 __global__ void __launch_bounds__(VEC_THREADS)
     collapse_norm_kernel(const float4 *X, const float *pre, int hc, int dim4, bool rb, const float4 *__restrict__ w,
                          float eps, float4 *y, uint32_t *xs, float *sx, int act_block) {
+    pdl_trigger();  // the GEMV on this split may start on its weights (pdl.cuh)
     const int s = blockIdx.x;
     float p[MAX_HC];
 #pragma unroll

@@ -80,6 +80,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/gemv_kernel.cuh"
@@ -92,6 +93,7 @@ namespace {
 using namespace gemv_detail;
 
 __global__ void split_x_kernel(const __grid_constant__ split_batch b) {
+    pdl_trigger();  // the GEMV after it may start on its weights (pdl.cuh)
     split_x_rows(b.jobs[blockIdx.y], blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
 }
 
@@ -310,21 +312,31 @@ Status run_gemv(const gemv_plan &plan, void *workspace, cudaStream_t stream) {
         int grid = (items + WARPS - 1) / WARPS;
         if (plan.max_blocks > 0) grid = std::min(grid, plan.max_blocks);
         const bool walk = plan.max_blocks > 0, hint = plan.tuning.l2_hint;
-#define DS41RT_GEMV_LAUNCH_NT(FP4, X8, W, H)                                              \
-    (nt == 1 ? gemv_kernel<FP4, X8, 1, W, H><<<grid, WARPS * 32, SMEM_BYTES, stream>>>(b) \
-             : gemv_kernel<FP4, X8, 2, W, H><<<grid, WARPS * 32, SMEM_BYTES, stream>>>(b))
+        // Programmatic dependent launch (pdl.cuh): the weight stream starts while the kernel
+        // before it finishes. DS41RT_GEMV_PDL=0 launches plainly (for comparing).
+        static const bool pdl = [] {
+            const char *e = std::getenv("DS41RT_GEMV_PDL");
+            return !(e && e[0] == '0');
+        }();
+        auto launch = [&](auto kernel) {
+            return pdl ? launch_pdl(kernel, dim3(unsigned(grid)), dim3(WARPS * 32), SMEM_BYTES, stream, b)
+                       : (kernel<<<grid, WARPS * 32, SMEM_BYTES, stream>>>(b), cudaGetLastError());
+        };
+#define DS41RT_GEMV_LAUNCH_NT(FP4, X8, W, H) \
+    (nt == 1 ? launch(gemv_kernel<FP4, X8, 1, W, H>) : launch(gemv_kernel<FP4, X8, 2, W, H>))
 #define DS41RT_GEMV_LAUNCH(FP4, X8)                                                                   \
     (walk ? (hint ? DS41RT_GEMV_LAUNCH_NT(FP4, X8, true, true) : DS41RT_GEMV_LAUNCH_NT(FP4, X8, true, false)) \
           : (hint ? DS41RT_GEMV_LAUNCH_NT(FP4, X8, false, true) : DS41RT_GEMV_LAUNCH_NT(FP4, X8, false, false)))
+        cudaError_t launched;
         switch (grp) {
-        case 0: DS41RT_GEMV_LAUNCH(false, false); break;
-        case 1: DS41RT_GEMV_LAUNCH(true, false); break;
-        case 2: DS41RT_GEMV_LAUNCH(false, true); break;
-        default: DS41RT_GEMV_LAUNCH(true, true); break;
+        case 0: launched = DS41RT_GEMV_LAUNCH(false, false); break;
+        case 1: launched = DS41RT_GEMV_LAUNCH(true, false); break;
+        case 2: launched = DS41RT_GEMV_LAUNCH(false, true); break;
+        default: launched = DS41RT_GEMV_LAUNCH(true, true); break;
         }
 #undef DS41RT_GEMV_LAUNCH
 #undef DS41RT_GEMV_LAUNCH_NT
-        DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+        DS41RT_CUDA_RETURN_IF_ERROR(launched);
         first = i;
     }
     return Status::ok();

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "backend/cuda/numerics.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace ds41rt::backend::cuda::gemv_detail {
 
@@ -337,6 +338,9 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
     };
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) issue(s);
+    // The weights are no kernel's output: their first stages are on their way before the launch
+    // waits for its predecessor (pdl.cuh), whose output x is read from here on.
+    pdl_wait();
 
     // Scales and x, addressed from k block 0 of the slice.
     const uint8_t *scale_a, *scale_b;

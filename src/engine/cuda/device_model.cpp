@@ -16,6 +16,7 @@
 #include "backend/cuda/mhc.cuh"
 #include "backend/cuda/norm.cuh"
 #include "backend/cuda/stream_drain.h"
+#include "backend/cuda/swiglu.cuh"
 
 namespace ds41rt::engine::gpu {
 
@@ -550,6 +551,16 @@ Result<cuda::gemv_split> device_model::rms_norm_split(float *x, const float *w, 
     DS41RT_RETURN_IF_ERROR(
         cuda::rms_norm_split(x, w, x, S, dim, official_, cfg_.norm_eps, sp.xs ? &sp : nullptr, ab, stream_));
     return sp;
+}
+
+Status device_model::swiglu_w2(const dlinear &w2, float *g, const float *u, int64_t S, int64_t I, float limit,
+                               float *y) const {
+    dtemp xs, sx;  // stream-ordered: freed after the GEMV queued below
+    if (S <= GEMV_MAX_ROWS) xs = temp(size_t(S * I)), sx = temp_f32((I / 32) * 16);
+    const cuda::gemv_split sp = split_into(xs.as<uint8_t>(), sx.f(), S, I);
+    DS41RT_RETURN_IF_ERROR(
+        cuda::swiglu_rows(g, u, nullptr, g, S, I, limit, official_, stream_, sp.xs ? &sp : nullptr, cfg_.fp8_block_in));
+    return run_linears({{&w2, g, y, sp}}, S, backend::cpu::lin::FP8);
 }
 
 Status device_model::grouped_output(const dlinear &wo_a, const dlinear &wo_b, const float *o, int64_t S,

@@ -204,6 +204,10 @@ public:
     // The same for a plain RMSNorm of x [S, dim] in place (the q rows before wq_b).
     Result<backend::cuda::gemv_split> rms_norm_split(float *x, const float *w, int64_t S, int64_t dim, uint8_t *xs,
                                                      float *sx) const;
+    // A shared expert's second half: h = swiglu(g, u) in g (S rows, I wide), then y = w2 h. Where
+    // OFFICIAL's GEMV takes a split (split_into), the SwiGLU launch leaves it, and w2 needs no
+    // split launch of its own.
+    Status swiglu_w2(const dlinear &w2, float *g, const float *u, int64_t S, int64_t I, float limit, float *y) const;
     // Bumped whenever the GEMV workspace is reallocated: graphs captured before hold the old one.
     uint64_t workspace_generation() const { return ws_gen_; }
     // The head over the rows whose logits a step returns (rows: their indices in x [S, K]; null:

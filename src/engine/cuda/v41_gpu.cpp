@@ -47,7 +47,6 @@
 #include "backend/cuda/norm.cuh"
 #include "backend/cuda/router.cuh"
 #include "backend/cuda/rope.cuh"
-#include "backend/cuda/swiglu.cuh"
 #include "backend/cuda/topk.cuh"
 #include "engine/cpu_engine.h"
 #include "engine/cuda/device_model.h"
@@ -627,8 +626,7 @@ private:
         const int64_t I = L.sw1.N;
         dtemp g = m_->temp_f32(S * I), u = m_->temp_f32(S * I);
         DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.sw1, x, g.f(), xsplit}, {&L.sw3, x, u.f(), xsplit}}, S, lin::FP8));
-        DS41RT_RETURN_IF_ERROR(cuda::swiglu_rows(g.f(), u.f(), nullptr, g.f(), S, I, c_.swiglu_limit, official_, st()));
-        return m_->run_linear(L.sw2, g.f(), sh, S, lin::FP8);
+        return m_->swiglu_w2(L.sw2, g.f(), u.f(), S, I, c_.swiglu_limit, sh);
     }
 
     // The router (spec 4.10) on the device: ids [S, K] int32 and weights [S, K] in pick order.

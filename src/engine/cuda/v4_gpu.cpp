@@ -37,7 +37,6 @@
 #include "backend/cuda/norm.cuh"
 #include "backend/cuda/rope.cuh"
 #include "backend/cuda/router.cuh"
-#include "backend/cuda/swiglu.cuh"
 #include "backend/cuda/topk.cuh"
 #include "backend/cpu/ops.h"
 #include "engine/cpu_engine.h"
@@ -553,8 +552,7 @@ private:
             const int64_t I = L.sw1.N;
             dtemp g = m_->temp_f32(S * I), u = m_->temp_f32(S * I);
             DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.sw1, x, g.f(), xsplit}, {&L.sw3, x, u.f(), xsplit}}, S, lin::FP8));
-            DS41RT_RETURN_IF_ERROR(cuda::swiglu_rows(g.f(), u.f(), nullptr, g.f(), S, I, c_.swiglu_limit, official_, st()));
-            return m_->run_linear(L.sw2, g.f(), sh.f(), S, lin::FP8);
+            return m_->swiglu_w2(L.sw2, g.f(), u.f(), S, I, c_.swiglu_limit, sh.f());
         };
         const bool has_shared = c_.n_shared_experts > 0;
         const bool fork = has_shared && !prof_.on() && moe_on_device(L, S) && L.gate_w.k == dlinear::kind::DENSE;

@@ -1,0 +1,42 @@
+// Programmatic dependent launch (sm_90+). A kernel launched with programmatic stream
+// serialization (launch_pdl) may become resident while the kernel before it in the stream still
+// runs, once that kernel's blocks have all called pdl_trigger (or exited); it must call pdl_wait
+// before touching anything an earlier kernel writes. What it may do before: work on bytes no
+// kernel writes, e.g. the decode GEMV's first weight stages (tools/device/pdl_overlap.cu, H200: a
+// wq_b-sized weight stream after a 5 us one-block kernel, 16.9 -> 14.8 us a pair).
+// pdl_wait in a kernel launched without the attribute returns at once; pdl_trigger without a
+// programmatic dependent does nothing. Both compile to nothing below sm_90.
+// Internal to backend/cuda: include only from .cu files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+namespace ds41rt::backend::cuda {
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization. The
+// legacy default stream (null) gets a plain launch.
+template <class... P, class... A>
+cudaError_t launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A &&...args) {
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t c{};
+    c.gridDim = grid, c.blockDim = block, c.dynamicSmemBytes = smem, c.stream = stream;
+    c.attrs = at, c.numAttrs = stream ? 1 : 0;
+    return cudaLaunchKernelEx(&c, kernel, std::forward<A>(args)...);
+}
+
+}  // namespace ds41rt::backend::cuda
