@@ -60,6 +60,7 @@
 #include <utility>
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/numerics.cuh"
 
 namespace ds41rt::backend::cuda {
@@ -115,6 +116,7 @@ __device__ __forceinline__ float4 finish4(dbl4 a, float den, bool official) {
 template <int HS, int KS, int TH, int TK, int DCH>
 __global__ void __launch_bounds__((HS / TH) * (KS / TK))
     scores_kernel(const float *q, const float *const *keys, int H, int L, int hd, float scale, int Lp, float *sc) {
+    pdl_enter();
     constexpr int KX = KS / TK, HY = HS / TH, NT = KX * HY, C4 = DCH / 4;
     constexpr int QV = HS * C4 / NT, KV = KS * C4 / NT;  // float4 loads per thread and chunk
     static_assert(HS * C4 % NT == 0 && KS * C4 % NT == 0, "the chunk must split evenly over the threads");
@@ -207,6 +209,7 @@ __device__ __forceinline__ float seq_sum(float acc, float v) {
 __global__ void __launch_bounds__(32 * SOFTMAX_WARPS)
     softmax_kernel(float *sc, const float *sink, int RH, int H, int L, int Lp, int nblk, bool official,
                    float *rescale, float *den_out) {
+    pdl_enter();
     const int rh = blockIdx.x * SOFTMAX_WARPS + int(threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (rh >= RH) return;
     float *s = sc + size_t(rh) * Lp;
@@ -258,6 +261,7 @@ __global__ void __launch_bounds__(32 * SOFTMAX_WARPS)
 __global__ void __launch_bounds__(PV_THREADS)
     pv_kernel(const float *const *keys, int H, int L, int hd, const float *w, int Lp, int nblk, int bper,
               int hgroups, const float *rescale, const float *den, bool official, double *part, float *out) {
+    pdl_enter();
     __shared__ __align__(16) double k_s[BLK][PV_DIMS];
     __shared__ double w_s[PV_HEADS][BLK];
     const int r = blockIdx.z, hg = blockIdx.y % hgroups, chunk = blockIdx.y / hgroups;
@@ -318,6 +322,7 @@ __global__ void __launch_bounds__(PV_THREADS)
 __global__ void __launch_bounds__(FOLD_THREADS)
     fold_kernel(const double *part, const float *rescale, const float *den, int64_t n4, int H, int hd, int nblk,
                 bool official, float *out) {
+    pdl_enter();
     const int64_t idx = int64_t(blockIdx.x) * FOLD_THREADS + threadIdx.x;
     if (idx >= n4) return;
     const int64_t rh = idx / (hd / 4), r = rh / H, h = rh % H, d = 4 * (idx % (hd / 4));
@@ -429,33 +434,33 @@ Status run_attention(const attention_batch &b, cudaStream_t stream) {
 
     if (p.big_scores) {
         const dim3 grid(unsigned(p.Lp / 64), unsigned((b.H + 31) / 32), unsigned(b.R));
-        scores_kernel<32, 64, 4, 4, 32><<<grid, (32 / 4) * (64 / 4), 0, stream>>>(b.q, b.keys, b.H, b.L, b.hd, b.scale,
+        (void)launch_pdl(scores_kernel<32, 64, 4, 4, 32>, grid, (32 / 4) * (64 / 4), 0, stream, b.q, b.keys, b.H, b.L, b.hd, b.scale,
                                                                             p.Lp, sc);
     } else {
         const dim3 grid(unsigned(p.Lp / 32), unsigned((b.H + 7) / 8), unsigned(b.R));
-        scores_kernel<8, 32, 2, 2, 64><<<grid, (8 / 2) * (32 / 2), 0, stream>>>(b.q, b.keys, b.H, b.L, b.hd, b.scale,
+        (void)launch_pdl(scores_kernel<8, 32, 2, 2, 64>, grid, (8 / 2) * (32 / 2), 0, stream, b.q, b.keys, b.H, b.L, b.hd, b.scale,
                                                                           p.Lp, sc);
     }
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     const int RH = b.R * b.H;
-    softmax_kernel<<<(RH + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS, 32 * SOFTMAX_WARPS, 0, stream>>>(
+    (void)launch_pdl(softmax_kernel, (RH + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS, 32 * SOFTMAX_WARPS, 0, stream, 
         sc, b.sink, RH, b.H, b.L, p.Lp, p.nblk, b.official, rescale, den);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     const unsigned dim_tiles = unsigned((b.hd + PV_DIMS - 1) / PV_DIMS);
     if (p.loop_pv) {
         const dim3 grid(dim_tiles, unsigned(hgroups), unsigned(b.R));
-        pv_kernel<<<grid, PV_THREADS, 0, stream>>>(b.keys, b.H, b.L, b.hd, sc, p.Lp, p.nblk, p.nblk, hgroups, rescale,
+        (void)launch_pdl(pv_kernel, grid, PV_THREADS, 0, stream, b.keys, b.H, b.L, b.hd, sc, p.Lp, p.nblk, p.nblk, hgroups, rescale,
                                                    den, b.official, nullptr, b.out);
         DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
         return Status::ok();
     }
     double *part = reinterpret_cast<double *>(ws + p.part);
     const dim3 grid(dim_tiles, unsigned(hgroups * p.nblk), unsigned(b.R));
-    pv_kernel<<<grid, PV_THREADS, 0, stream>>>(b.keys, b.H, b.L, b.hd, sc, p.Lp, p.nblk, 1, hgroups, rescale, den,
+    (void)launch_pdl(pv_kernel, grid, PV_THREADS, 0, stream, b.keys, b.H, b.L, b.hd, sc, p.Lp, p.nblk, 1, hgroups, rescale, den,
                                                b.official, part, b.out);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     const int64_t n4 = int64_t(n / 4);
-    fold_kernel<<<unsigned((n4 + FOLD_THREADS - 1) / FOLD_THREADS), FOLD_THREADS, 0, stream>>>(
+    (void)launch_pdl(fold_kernel, unsigned((n4 + FOLD_THREADS - 1) / FOLD_THREADS), FOLD_THREADS, 0, stream, 
         part, rescale, den, n4, b.H, b.hd, p.nblk, b.official, b.out);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();

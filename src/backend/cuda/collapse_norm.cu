@@ -35,7 +35,7 @@ constexpr int MAX_HC = 8;
 __global__ void __launch_bounds__(VEC_THREADS)
     collapse_norm_kernel(const float4 *X, const float *pre, int hc, int dim4, bool rb, const float4 *__restrict__ w,
                          float eps, float4 *y, uint32_t *xs, float *sx, int act_block) {
-    pdl_trigger();  // the GEMV on this split may start on its weights (pdl.cuh)
+    pdl_enter();
     const int s = blockIdx.x;
     float p[MAX_HC];
 #pragma unroll
@@ -101,7 +101,7 @@ Status check(const float *X, int64_t S, int hc, int64_t D, const float *w, const
 
 Status launch(const float *X, const float *pre, int64_t S, int hc, int64_t D, bool round_bf16, const float *w, float eps,
               float *y, const gemv_split *split, int act_block, cudaStream_t stream) {
-    collapse_norm_kernel<<<unsigned(S), VEC_THREADS, 0, stream>>>(
+    (void)launch_pdl(collapse_norm_kernel, unsigned(S), VEC_THREADS, 0, stream, 
         reinterpret_cast<const float4 *>(X), pre, hc, int(D / 4), round_bf16, reinterpret_cast<const float4 *>(w), eps,
         reinterpret_cast<float4 *>(y), split ? reinterpret_cast<uint32_t *>(split->xs) : nullptr, split ? split->sx : nullptr,
         act_block);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace ds41rt::backend::cuda {
 
@@ -103,6 +104,7 @@ template <bool BF16, bool VEC, int MT, int R>
 __global__ void __launch_bounds__(WARPS * 32) dense_kernel(const float *__restrict__ x, const void *__restrict__ w,
                                                              float *__restrict__ y, int64_t M, int64_t N, int64_t K,
                                                              int64_t rows_per_slice) {
+    pdl_enter();
     const int lane = threadIdx.x & 31, part = lane & (PARTS - 1), group = lane / PARTS;
     const int64_t warp_n0 = (int64_t(blockIdx.x) * WARPS + (threadIdx.x >> 5)) * GROUPS * R;
     if (warp_n0 >= N) return;  // warp-uniform: the butterflies below need all 32 lanes
@@ -207,6 +209,7 @@ __device__ __forceinline__ void copy_to_shared(uint8_t *dst, const uint8_t *src,
 template <bool BF16, bool XS>
 __global__ void __launch_bounds__(NARROW_THREADS) dense_narrow_kernel(const float *__restrict__ x, const void *__restrict__ w,
                                                                        float *__restrict__ y, int M, int N, int K, int RB) {
+    pdl_enter();
     extern __shared__ __align__(16) uint8_t sw[];
     const int n0 = blockIdx.x * RB, rows = min(RB, N - n0);
     const size_t row_bytes = size_t(K) * (BF16 ? 2 : 4);
@@ -284,11 +287,11 @@ void launch_mt(int mt, dim3 grid, const float *x, const void *w, float *y, int64
                cudaStream_t stream) {
     const dim3 block(WARPS * 32);
     switch (mt) {
-    case 1: dense_kernel<BF16, VEC, 1, R><<<grid, block, 0, stream>>>(x, w, y, M, N, K, rps); break;
-    case 2: dense_kernel<BF16, VEC, 2, R><<<grid, block, 0, stream>>>(x, w, y, M, N, K, rps); break;
-    case 4: dense_kernel<BF16, VEC, 4, R><<<grid, block, 0, stream>>>(x, w, y, M, N, K, rps); break;
-    case 8: dense_kernel<BF16, VEC, 8, R><<<grid, block, 0, stream>>>(x, w, y, M, N, K, rps); break;
-    default: dense_kernel<BF16, VEC, MAX_MT, R><<<grid, block, 0, stream>>>(x, w, y, M, N, K, rps); break;
+    case 1: (void)launch_pdl(dense_kernel<BF16, VEC, 1, R>, grid, block, 0, stream, x, w, y, M, N, K, rps); break;
+    case 2: (void)launch_pdl(dense_kernel<BF16, VEC, 2, R>, grid, block, 0, stream, x, w, y, M, N, K, rps); break;
+    case 4: (void)launch_pdl(dense_kernel<BF16, VEC, 4, R>, grid, block, 0, stream, x, w, y, M, N, K, rps); break;
+    case 8: (void)launch_pdl(dense_kernel<BF16, VEC, 8, R>, grid, block, 0, stream, x, w, y, M, N, K, rps); break;
+    default: (void)launch_pdl(dense_kernel<BF16, VEC, MAX_MT, R>, grid, block, 0, stream, x, w, y, M, N, K, rps); break;
     }
 }
 
@@ -325,13 +328,13 @@ Status dense_linear(const float *x, const void *w, bool w_bf16, float *y, int64_
         }();
         if (opted && with_x <= NARROW_SMEM_X) {
             if (w_bf16)
-                dense_narrow_kernel<true, true><<<blocks, NARROW_THREADS, with_x, stream>>>(x, w, y, int(M), int(N), int(K), rb);
+                (void)launch_pdl(dense_narrow_kernel<true, true>, blocks, NARROW_THREADS, with_x, stream, x, w, y, int(M), int(N), int(K), rb);
             else
-                dense_narrow_kernel<false, true><<<blocks, NARROW_THREADS, with_x, stream>>>(x, w, y, int(M), int(N), int(K), rb);
+                (void)launch_pdl(dense_narrow_kernel<false, true>, blocks, NARROW_THREADS, with_x, stream, x, w, y, int(M), int(N), int(K), rb);
         } else if (w_bf16) {
-            dense_narrow_kernel<true, false><<<blocks, NARROW_THREADS, smem, stream>>>(x, w, y, int(M), int(N), int(K), rb);
+            (void)launch_pdl(dense_narrow_kernel<true, false>, blocks, NARROW_THREADS, smem, stream, x, w, y, int(M), int(N), int(K), rb);
         } else {
-            dense_narrow_kernel<false, false><<<blocks, NARROW_THREADS, smem, stream>>>(x, w, y, int(M), int(N), int(K), rb);
+            (void)launch_pdl(dense_narrow_kernel<false, false>, blocks, NARROW_THREADS, smem, stream, x, w, y, int(M), int(N), int(K), rb);
         }
         DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
         return Status::ok();

@@ -1,6 +1,7 @@
 #include "backend/cuda/elementwise.cuh"
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/numerics.cuh"
 
 namespace ds41rt::backend::cuda {
@@ -15,6 +16,7 @@ __global__ void round_kernel(float *x, int64_t n) {
 
 // Bytes: 12 per element; one add.
 __global__ void add_kernel(const float *a, const float *b, float *out, int64_t n, bool rb) {
+    pdl_enter();
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
         const float v = __fadd_rn(a[i], b[i]);
         out[i] = rb ? dev::round_bf16(v) : v;
@@ -71,7 +73,7 @@ Status round_bf16_inplace(float *x, int64_t n, cudaStream_t stream) {
 
 Status add_rows(const float *a, const float *b, float *out, int64_t n, bool round_bf16, cudaStream_t stream) {
     if (n <= 0) return Status::ok();
-    add_kernel<<<blocks_for(n), 256, 0, stream>>>(a, b, out, n, round_bf16);
+    (void)launch_pdl(add_kernel, blocks_for(n), 256, 0, stream, a, b, out, n, round_bf16);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }

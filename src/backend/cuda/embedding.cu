@@ -3,6 +3,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/numerics.cuh"
 
 namespace ds41rt::backend::cuda {
@@ -16,6 +17,7 @@ unsigned blocks_for(int64_t n) { return unsigned((n + THREADS - 1) / THREADS); }
 // One thread per output element. Bytes per call: n * dim * 2 read, n * copies * dim * 4 written.
 __global__ void embed_bf16_kernel(const uint16_t *table, int64_t vocab, int64_t dim, const int32_t *ids, int64_t n,
                                   int copies, float *out) {
+    pdl_enter();
     const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= n * copies * dim) return;
     const int64_t s = t / (copies * dim), c = t % dim;
@@ -26,6 +28,7 @@ __global__ void embed_bf16_kernel(const uint16_t *table, int64_t vocab, int64_t 
 // Bytes per call: n * dim * (1 + 1/32) read, n * dim * 4 written.
 __global__ void gather_fp8_kernel(const uint8_t *table, const uint8_t *scale, int64_t rows, int64_t dim,
                                   const int64_t *ids, int64_t n, float *out) {
+    pdl_enter();
     const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= n * dim) return;
     const int64_t s = t / dim, c = t % dim, id = ids[s];
@@ -43,7 +46,7 @@ Status embed_rows_bf16(const uint16_t *table, int64_t vocab, int64_t dim, const 
                                         ", n " + std::to_string(n) + ", copies " + std::to_string(copies));
     if (n == 0) return Status::ok();
     if (!table || !ids || !out) return Status::invalid_argument("embed_rows_bf16: null pointer");
-    embed_bf16_kernel<<<blocks_for(n * copies * dim), THREADS, 0, stream>>>(table, vocab, dim, ids, n, copies, out);
+    (void)launch_pdl(embed_bf16_kernel, blocks_for(n * copies * dim), THREADS, 0, stream, table, vocab, dim, ids, n, copies, out);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }
@@ -55,7 +58,7 @@ Status gather_rows_fp8_e8m0(const uint8_t *table, const uint8_t *scale, int64_t 
                                         std::to_string(dim) + " (% 32), n " + std::to_string(n));
     if (n == 0) return Status::ok();
     if (!table || !scale || !ids || !out) return Status::invalid_argument("gather_rows_fp8_e8m0: null pointer");
-    gather_fp8_kernel<<<blocks_for(n * dim), THREADS, 0, stream>>>(table, scale, table_rows, dim, ids, n, out);
+    (void)launch_pdl(gather_fp8_kernel, blocks_for(n * dim), THREADS, 0, stream, table, scale, table_rows, dim, ids, n, out);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/numerics.cuh"
 
 namespace ds41rt::backend::cuda {
@@ -35,6 +36,7 @@ __device__ double block_sum(double v, double *part) {
 }
 
 __global__ void engram_gate_kernel(float *X, const float *kv, const float *q, const float *kw, engram_gate_params p) {
+    pdl_enter();
     __shared__ double part[THREADS / 32];
     const int64_t s = blockIdx.y, D = p.D;
     const int j = blockIdx.x;
@@ -72,7 +74,7 @@ Status engram_gate(float *X, const float *kv, const float *q, const float *kw, c
                                         std::to_string(p.hc) + ", D " + std::to_string(p.D));
     if (p.S == 0) return Status::ok();
     if (!X || !kv || !q || !kw) return Status::invalid_argument("engram_gate: null X, kv, q or kw");
-    engram_gate_kernel<<<dim3(unsigned(p.hc), unsigned(p.S)), THREADS, 0, stream>>>(X, kv, q, kw, p);
+    (void)launch_pdl(engram_gate_kernel, dim3(unsigned(p.hc), unsigned(p.S)), THREADS, 0, stream, X, kv, q, kw, p);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }

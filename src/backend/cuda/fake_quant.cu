@@ -4,6 +4,7 @@
 
 #include "backend/cuda/block_quant.cuh"
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace ds41rt::backend::cuda {
 
@@ -16,6 +17,7 @@ constexpr int THREADS = 256;
 // Bytes per call: rows * cols * 8 (read and written once, float4); ~10 ops per element.
 template <qkind K>
 __global__ void fake_quant_kernel(float *x, int64_t rows, int64_t stride, int64_t cols, int lanes) {
+    pdl_enter();
     const int64_t per_row = cols / 4;
     const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     const bool live = t < rows * per_row;
@@ -36,7 +38,7 @@ Status launch(const char *op, float *x, int64_t rows, int64_t stride, int64_t co
     DS41RT_RETURN_IF_ERROR(detail::check_blocks(op, x, rows, stride, cols, block));
     const int64_t n = rows * (cols / 4);
     if (n == 0) return Status::ok();
-    fake_quant_kernel<K><<<unsigned((n + THREADS - 1) / THREADS), THREADS, 0, stream>>>(x, rows, stride, cols, int(block / 4));
+    (void)launch_pdl(fake_quant_kernel<K>, unsigned((n + THREADS - 1) / THREADS), THREADS, 0, stream, x, rows, stride, cols, int(block / 4));
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }

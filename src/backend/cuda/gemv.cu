@@ -83,6 +83,7 @@
 #include <cstdlib>
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/gemv_kernel.cuh"
 #include "backend/cuda/splitk_plan.cuh"
 
@@ -93,7 +94,7 @@ namespace {
 using namespace gemv_detail;
 
 __global__ void split_x_kernel(const __grid_constant__ split_batch b) {
-    pdl_trigger();  // the GEMV after it may start on its weights (pdl.cuh)
+    pdl_enter();
     split_x_rows(b.jobs[blockIdx.y], blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
 }
 
@@ -260,7 +261,7 @@ Status run_gemv(const gemv_plan &plan, void *workspace, cudaStream_t stream) {
     auto flush_splits = [&]() -> Status {
         if (sb.njobs == 0) return Status::ok();
         const dim3 grid(unsigned(std::min(1024, (max_work + 255) / 256)), unsigned(sb.njobs));
-        split_x_kernel<<<grid, 256, 0, stream>>>(sb);
+        (void)launch_pdl(split_x_kernel, grid, 256, 0, stream, sb);
         DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
         sb.njobs = 0, max_work = 0;
         return Status::ok();

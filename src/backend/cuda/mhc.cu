@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/numerics.cuh"
 
 namespace ds41rt::backend::cuda {
@@ -164,6 +165,7 @@ __device__ __forceinline__ float sigmoid_f(float x) { return __fdiv_rn(1.0f, __f
 // One thread per token; ~hc^2 * 2 * iters divisions. Bytes: S * (2 + hc) * hc * 8.
 __global__ void split_kernel(const float *m, int64_t S, int hc, const float *sc, const float *b, float eps, int iters,
                              float *pre, float *post, float *comb) {
+    pdl_enter();
     const int64_t s = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (s >= S) return;
     const int64_t n_mix = int64_t(2 + hc) * hc;
@@ -213,6 +215,7 @@ __global__ void split_kernel(const float *m, int64_t S, int hc, const float *sc,
 template <int HC>
 __global__ void split_warp_kernel(const float *m, int64_t S, const float *sc, const float *b, float eps, int iters,
                                   float *pre, float *post, float *comb) {
+    pdl_enter();
     const int64_t s = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (s >= S) return;  // per warp: whole warps leave together
     const int lane = threadIdx.x & 31, j = lane / HC, k = lane % HC;
@@ -249,6 +252,7 @@ __global__ void split_warp_kernel(const float *m, int64_t S, const float *sc, co
 
 // One thread per (s, d). Bytes per call: S * D * (hc + 1) * 4.
 __global__ void collapse_kernel(const float *X, const float *pre, int64_t S, int hc, int64_t D, bool rb, float *x) {
+    pdl_enter();
     const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= S * D) return;
     const int64_t s = t / D, d = t % D;
@@ -261,6 +265,7 @@ __global__ void collapse_kernel(const float *X, const float *pre, int64_t S, int
 // place is safe). Bytes per call: S * D * (2 hc + 1) * 4.
 __global__ void expand_kernel(float *X, const float *y, const float *post, const float *comb, int64_t S, int hc,
                               int64_t D, bool rb) {
+    pdl_enter();
     const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= S * D) return;
     const int64_t s = t / D, d = t % D;
@@ -297,7 +302,7 @@ Status hc_project(const float *X, int64_t S, int64_t flat, const float *fn, int6
     const dim3 grid{unsigned(groups * P_CL), unsigned(tiles)};
     const auto kernel = vec ? (p_out == P_OUT_WIDE ? project_kernel<true, P_OUT_WIDE> : project_kernel<true, P_OUT_NARROW>)
                             : (p_out == P_OUT_WIDE ? project_kernel<false, P_OUT_WIDE> : project_kernel<false, P_OUT_NARROW>);
-    kernel<<<grid, P_THREADS, 0, stream>>>(X, S, flat, fn, n_out, eps, fold_after, m);
+    kernel<<<grid, P_THREADS, 0, stream>>>(X, S, flat, fn, n_out, eps, fold_after, m);  // a cluster launch: no PDL
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }
@@ -312,13 +317,13 @@ Status hc_split_sinkhorn(const float *m, int64_t S, int hc, const float *scale, 
     const unsigned warp_blocks = unsigned((S + 7) / 8);  // 8 tokens (warps) a block
     switch (hc) {
     case 4:
-        split_warp_kernel<4><<<warp_blocks, 256, 0, stream>>>(m, S, scale, base, eps, iters, pre, post, comb);
+        (void)launch_pdl(split_warp_kernel<4>, warp_blocks, 256, 0, stream, m, S, scale, base, eps, iters, pre, post, comb);
         break;
     case 2:
-        split_warp_kernel<2><<<warp_blocks, 256, 0, stream>>>(m, S, scale, base, eps, iters, pre, post, comb);
+        (void)launch_pdl(split_warp_kernel<2>, warp_blocks, 256, 0, stream, m, S, scale, base, eps, iters, pre, post, comb);
         break;
     default:
-        split_kernel<<<unsigned((S + 63) / 64), 64, 0, stream>>>(m, S, hc, scale, base, eps, iters, pre, post, comb);
+        (void)launch_pdl(split_kernel, unsigned((S + 63) / 64), 64, 0, stream, m, S, hc, scale, base, eps, iters, pre, post, comb);
     }
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
@@ -330,7 +335,7 @@ Status hc_collapse(const float *X, const float *pre, int64_t S, int hc, int64_t 
         return bad("hc_collapse", "S " + std::to_string(S) + ", hc " + std::to_string(hc) + " (1..8), D " + std::to_string(D));
     if (S == 0) return Status::ok();
     if (!X || !pre || !x) return bad("hc_collapse", "null pointer");
-    collapse_kernel<<<blocks_for(S * D), THREADS, 0, stream>>>(X, pre, S, hc, D, round_bf16, x);
+    (void)launch_pdl(collapse_kernel, blocks_for(S * D), THREADS, 0, stream, X, pre, S, hc, D, round_bf16, x);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }
@@ -341,7 +346,7 @@ Status hc_expand(float *X, const float *y, const float *post, const float *comb,
         return bad("hc_expand", "S " + std::to_string(S) + ", hc " + std::to_string(hc) + " (1..8), D " + std::to_string(D));
     if (S == 0) return Status::ok();
     if (!X || !y || !post || !comb) return bad("hc_expand", "null pointer");
-    expand_kernel<<<blocks_for(S * D), THREADS, 0, stream>>>(X, y, post, comb, S, hc, D, round_bf16);
+    (void)launch_pdl(expand_kernel, blocks_for(S * D), THREADS, 0, stream, X, y, post, comb, S, hc, D, round_bf16);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }

@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/gemv_kernel.cuh"
 #include "backend/cuda/moe_grouping.h"
@@ -128,6 +129,7 @@ __device__ __forceinline__ bool held(const moe_routed_expert *table, int E, int 
 }
 
 __global__ void __launch_bounds__(GROUP_THREADS) moe_routed_group_kernel(const __grid_constant__ routed_params p) {
+    pdl_enter();
     __shared__ int se[GROUP_THREADS], sfirst[GROUP_THREADS], srank[GROUP_THREADS];
     __shared__ int s_u, s_slots, s_max_rows, s_over;
     const int t = threadIdx.x, R = p.B * p.K;
@@ -214,6 +216,7 @@ __device__ __forceinline__ void split_row(const routed_params &p, int s, bool do
 // x's slot rows for the up GEMV, one slot per blockIdx.y.
 template <int MODE>
 __global__ void moe_routed_split_kernel(const __grid_constant__ routed_params p) {
+    pdl_enter();
     const int s = blockIdx.y;
     if (s >= p.r.meta[META_SLOTS]) return;  // uniform across the block
     split_row<MODE>(p, s, false, blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
@@ -249,6 +252,7 @@ constexpr int mxfp4_min_blocks(int nt) { return nt == 1 ? 6 : 3; }
 template <bool X8, int NT>
 __global__ void __launch_bounds__(WARPS * 32, mxfp4_min_blocks(NT))
     moe_routed_mxfp4_kernel(const __grid_constant__ routed_params p, bool down) {
+    pdl_enter();
     matrix_ref m;
     if (!locate(p, down, blockIdx.x * WARPS + (threadIdx.x >> 5), m)) return;  // uniform across the warp
     const int ks = p.r.meta[down ? META_KS_DOWN : META_KS_UP], tiles = (m.N + 15) / 16;
@@ -274,6 +278,7 @@ __global__ void __launch_bounds__(WARPS * 32, mxfp4_min_blocks(NT))
 
 template <int NT>
 __global__ void __launch_bounds__(WARPS * 32) moe_routed_nvfp4_kernel(const __grid_constant__ routed_params p, bool down) {
+    pdl_enter();
     matrix_ref m;
     if (!locate(p, down, blockIdx.x * WARPS + (threadIdx.x >> 5), m)) return;
     const int ks = p.r.meta[down ? META_KS_DOWN : META_KS_UP], tiles = (m.N + 15) / 16;
@@ -303,6 +308,7 @@ constexpr int SWIGLU_CHUNK = 256;
 template <int MODE>
 __global__ void __launch_bounds__(256) moe_routed_swiglu_kernel(const __grid_constant__ routed_params p, bool weight_before,
                                                                 int chunk) {
+    pdl_enter();
     const int s = blockIdx.y;
     if (s >= p.r.meta[META_SLOTS]) return;  // uniform across the block
     const float w = weight_before ? p.r.slot_weight[s] : 0.0f;
@@ -316,6 +322,7 @@ __global__ void __launch_bounds__(256) moe_routed_swiglu_kernel(const __grid_con
 
 template <bool OFFICIAL_OUT>
 __global__ void moe_routed_combine_kernel(const __grid_constant__ routed_params p) {
+    pdl_enter();
     const int b = blockIdx.y, d = blockIdx.x * blockDim.x + threadIdx.x;
     if (d >= p.D) return;
     float acc = 0.0f;
@@ -542,26 +549,26 @@ Status run_moe_routed(const moe_routed_plan &plan, const float *x, const int32_t
     auto split = [&]() {
         const dim3 grid(unsigned(plan.split_blocks_up), unsigned(R));
         const unsigned threads = plan.nvfp4 ? nd::QUANT_THREADS : 256;
-        if (mode == NVFP4) moe_routed_split_kernel<NVFP4><<<grid, threads, 0, stream>>>(p);
-        else if (mode == OFFICIAL) moe_routed_split_kernel<OFFICIAL><<<grid, threads, 0, stream>>>(p);
-        else moe_routed_split_kernel<REFERENCE><<<grid, threads, 0, stream>>>(p);
+        if (mode == NVFP4) (void)launch_pdl(moe_routed_split_kernel<NVFP4>, grid, threads, 0, stream, p);
+        else if (mode == OFFICIAL) (void)launch_pdl(moe_routed_split_kernel<OFFICIAL>, grid, threads, 0, stream, p);
+        else (void)launch_pdl(moe_routed_split_kernel<REFERENCE>, grid, threads, 0, stream, p);
     };
     auto gemv = [&](bool down) {
         const unsigned grid = unsigned(std::max(1, down ? plan.down_blocks : plan.up_blocks));
         const unsigned threads = WARPS * 32;
         if (plan.nvfp4) {
-            if (plan.nt == 1) moe_routed_nvfp4_kernel<1><<<grid, threads, 0, stream>>>(p, down);
-            else moe_routed_nvfp4_kernel<2><<<grid, threads, 0, stream>>>(p, down);
+            if (plan.nt == 1) (void)launch_pdl(moe_routed_nvfp4_kernel<1>, grid, threads, 0, stream, p, down);
+            else (void)launch_pdl(moe_routed_nvfp4_kernel<2>, grid, threads, 0, stream, p, down);
         } else if (plan.act_block) {
-            if (plan.nt == 1) moe_routed_mxfp4_kernel<true, 1><<<grid, threads, gd::SMEM_BYTES, stream>>>(p, down);
-            else moe_routed_mxfp4_kernel<true, 2><<<grid, threads, gd::SMEM_BYTES, stream>>>(p, down);
+            if (plan.nt == 1) (void)launch_pdl(moe_routed_mxfp4_kernel<true, 1>, grid, threads, gd::SMEM_BYTES, stream, p, down);
+            else (void)launch_pdl(moe_routed_mxfp4_kernel<true, 2>, grid, threads, gd::SMEM_BYTES, stream, p, down);
         } else {
-            if (plan.nt == 1) moe_routed_mxfp4_kernel<false, 1><<<grid, threads, gd::SMEM_BYTES, stream>>>(p, down);
-            else moe_routed_mxfp4_kernel<false, 2><<<grid, threads, gd::SMEM_BYTES, stream>>>(p, down);
+            if (plan.nt == 1) (void)launch_pdl(moe_routed_mxfp4_kernel<false, 1>, grid, threads, gd::SMEM_BYTES, stream, p, down);
+            else (void)launch_pdl(moe_routed_mxfp4_kernel<false, 2>, grid, threads, gd::SMEM_BYTES, stream, p, down);
         }
     };
 
-    moe_routed_group_kernel<<<1, GROUP_THREADS, 0, stream>>>(p);
+    (void)launch_pdl(moe_routed_group_kernel, 1, GROUP_THREADS, 0, stream, p);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     split();
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
@@ -572,15 +579,15 @@ Status run_moe_routed(const moe_routed_plan &plan, const float *x, const int32_t
     const int chunk = mode == NVFP4 ? plan.I : SWIGLU_CHUNK;
     const dim3 sgrid(unsigned((plan.I + chunk - 1) / chunk), unsigned(R));
     const bool before = !plan.weight_after_w2;
-    if (mode == NVFP4) moe_routed_swiglu_kernel<NVFP4><<<sgrid, 256, 0, stream>>>(p, before, chunk);
-    else if (mode == OFFICIAL) moe_routed_swiglu_kernel<OFFICIAL><<<sgrid, 256, 0, stream>>>(p, before, chunk);
-    else moe_routed_swiglu_kernel<REFERENCE><<<sgrid, 256, 0, stream>>>(p, before, chunk);
+    if (mode == NVFP4) (void)launch_pdl(moe_routed_swiglu_kernel<NVFP4>, sgrid, 256, 0, stream, p, before, chunk);
+    else if (mode == OFFICIAL) (void)launch_pdl(moe_routed_swiglu_kernel<OFFICIAL>, sgrid, 256, 0, stream, p, before, chunk);
+    else (void)launch_pdl(moe_routed_swiglu_kernel<REFERENCE>, sgrid, 256, 0, stream, p, before, chunk);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     gemv(true);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     const dim3 cgrid(unsigned((plan.D + 255) / 256), unsigned(plan.B));
-    if (mode == OFFICIAL) moe_routed_combine_kernel<true><<<cgrid, 256, 0, stream>>>(p);
-    else moe_routed_combine_kernel<false><<<cgrid, 256, 0, stream>>>(p);
+    if (mode == OFFICIAL) (void)launch_pdl(moe_routed_combine_kernel<true>, cgrid, 256, 0, stream, p);
+    else (void)launch_pdl(moe_routed_combine_kernel<false>, cgrid, 256, 0, stream, p);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }

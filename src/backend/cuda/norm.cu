@@ -1,6 +1,7 @@
 #include "backend/cuda/norm.cuh"
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/norm_row.cuh"
 #include "backend/cuda/numerics.cuh"
 
@@ -34,6 +35,7 @@ __device__ double block_sum(double v) {
 // the host's only by fp64 rounding, which reaches the fp32 mean only at a rounding tie.
 __global__ void rms_norm_kernel(const float *__restrict__ x, const float *__restrict__ w, float *y, int64_t dim,
                                 float eps, bool rb) {
+    pdl_enter();
     const float *xr = x + blockIdx.x * dim;
     float *yr = y + blockIdx.x * dim;
     // A thread's first PER elements are loaded together before any is used: with one load per
@@ -76,6 +78,7 @@ __global__ void rms_norm_kernel(const float *__restrict__ x, const float *__rest
 // sum's order differs, which the tolerance above covers.
 __global__ void __launch_bounds__(VEC_THREADS) rms_norm_vec_kernel(const float4 *x, const float4 *__restrict__ w,
                                                                   float4 *y, int dim4, float eps, bool rb) {
+    pdl_enter();
     const float4 *xr = x + size_t(blockIdx.x) * dim4;
     float4 *yr = y + size_t(blockIdx.x) * dim4;
     float4 v[VEC_PER], g[VEC_PER];
@@ -124,11 +127,11 @@ Status rms_norm_rows(const float *x, const float *w, float *y, int64_t rows, int
     // In place (y == x) is fine for both kernels: each element is read before it is written, by
     // the thread that writes it.
     if (dim % 4 == 0 && dim <= int64_t(VEC_THREADS) * VEC_PER * 4 && a16(x) && a16(y) && (!w || a16(w)))
-        rms_norm_vec_kernel<<<unsigned(rows), VEC_THREADS, 0, stream>>>(
+        (void)launch_pdl(rms_norm_vec_kernel, unsigned(rows), VEC_THREADS, 0, stream, 
             reinterpret_cast<const float4 *>(x), reinterpret_cast<const float4 *>(w), reinterpret_cast<float4 *>(y),
             int(dim / 4), eps, round_bf16);
     else
-        rms_norm_kernel<<<unsigned(rows), NORM_THREADS, 0, stream>>>(x, w, y, dim, eps, round_bf16);
+        (void)launch_pdl(rms_norm_kernel, unsigned(rows), NORM_THREADS, 0, stream, x, w, y, dim, eps, round_bf16);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/numerics.cuh"
 
 namespace ds41rt::backend::cuda {
@@ -33,6 +34,7 @@ __global__ void rope_tables_kernel(const int64_t *pos, int64_t n, const float *i
 // The products and the sum are rounded separately (no FMA), as the host computes them.
 __global__ void rope_kernel(float *x, int64_t rows, int64_t dim, const int64_t *pos, int64_t rows_per_pos,
                             const float *inv_freq, int n_pairs, bool inverse, bool rb) {
+    pdl_enter();
     const int64_t half = dim / 2, per_row = rb ? half : n_pairs;
     const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= rows * per_row) return;
@@ -82,7 +84,7 @@ Status rope_tail_rows(float *x, int64_t rows, int64_t dim, const int64_t *pos, i
     if (!x || !pos || !inv_freq) return Status::invalid_argument("rope_tail_rows: null pointer");
     if (reinterpret_cast<uintptr_t>(x) % 8 != 0) return Status::invalid_argument("rope_tail_rows: x not 8-byte aligned");
     const int64_t threads = rows * (round_bf16 ? dim / 2 : n_pairs);
-    rope_kernel<<<blocks_for(threads), THREADS, 0, stream>>>(x, rows, dim, pos, rows_per_pos, inv_freq, n_pairs, inverse,
+    (void)launch_pdl(rope_kernel, blocks_for(threads), THREADS, 0, stream, x, rows, dim, pos, rows_per_pos, inv_freq, n_pairs, inverse,
                                                              round_bf16);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();

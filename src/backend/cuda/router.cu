@@ -24,6 +24,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace ds41rt::backend::cuda {
 
@@ -43,6 +44,7 @@ __device__ __forceinline__ bool better(float a, int ia, float b, int ib) { retur
 
 __global__ void route_kernel(const float *logits, const float *bias, int64_t S, router_params p, int32_t *ids,
                              float *weights) {
+    pdl_enter();
     extern __shared__ float smem[];  // score [E], biased [E]
     const int lane = threadIdx.x & 31, E = p.n_experts;
     const int64_t s = blockIdx.x;
@@ -147,7 +149,7 @@ Status route_topk(const float *logits, const float *bias, int64_t S, const route
     const size_t smem = 2 * size_t(p.n_experts) * sizeof(float);  // <= 8 KB
     // One thread per expert (up to MAX_E): the fp64 chains, not the picks, set the time.
     const unsigned threads = unsigned(std::max(WARPS * 32, (p.n_experts + 31) / 32 * 32));
-    route_kernel<<<unsigned(S), threads, smem, stream>>>(logits, bias, S, p, ids, weights);
+    (void)launch_pdl(route_kernel, unsigned(S), threads, smem, stream, logits, bias, S, p, ids, weights);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }

@@ -31,6 +31,7 @@ __device__ __forceinline__ float swiglu_one(const float *g, const float *u, cons
 // Bytes per call: rows * inter * 12 (g, u read, h written); one fp64 exp per element.
 __global__ void swiglu_kernel(const float *g, const float *u, const float *row_weight, float *h, int64_t rows,
                               int64_t inter, float lim, bool rb) {
+    pdl_enter();
     const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= rows * inter) return;
     h[t] = swiglu_one(g, u, row_weight, t, inter, lim, rb);
@@ -41,7 +42,7 @@ __global__ void swiglu_kernel(const float *g, const float *u, const float *row_w
 // (act_scale / act_inv / act_code, the same layout). Bytes: rows * inter * (12 + 1) + the scales.
 __global__ void swiglu_split_kernel(const float *g, const float *u, const float *row_weight, float *h, int rows,
                                     int inter, float lim, bool rb, uint8_t *xs, float *sx, int ab) {
-    pdl_trigger();  // the GEMV on this split may start on its weights (pdl.cuh)
+    pdl_enter();
     constexpr int PER = 4;  // elements a lane holds: act_block <= 128
     const int warp = int((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
     const int blocks = inter / ab;
@@ -81,13 +82,13 @@ Status swiglu_rows(const float *g, const float *u, const float *row_weight, floa
                                             "128 dividing inter (rows " + std::to_string(rows) + ", act_block " +
                                             std::to_string(act_block) + ", inter " + std::to_string(inter) + ")");
         const int64_t threads = rows * (inter / act_block) * 32;
-        swiglu_split_kernel<<<unsigned((threads + THREADS - 1) / THREADS), THREADS, 0, stream>>>(
+        (void)launch_pdl(swiglu_split_kernel, unsigned((threads + THREADS - 1) / THREADS), THREADS, 0, stream, 
             g, u, row_weight, h, int(rows), int(inter), limit, round_bf16, split->xs, split->sx, act_block);
         DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
         return Status::ok();
     }
     const int64_t n = rows * inter;
-    swiglu_kernel<<<unsigned((n + THREADS - 1) / THREADS), THREADS, 0, stream>>>(g, u, row_weight, h, rows, inter, limit,
+    (void)launch_pdl(swiglu_kernel, unsigned((n + THREADS - 1) / THREADS), THREADS, 0, stream, g, u, row_weight, h, rows, inter, limit,
                                                                                  round_bf16);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
