@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "weight_ring.cuh"
+
 #define CK(x)                                                                      \
     do {                                                                           \
         cudaError_t e_ = (x);                                                      \
@@ -23,7 +25,6 @@
         }                                                                          \
     } while (0)
 
-constexpr int WARPS = 4, CHUNK = 128, STAGES = 3, PITCH = CHUNK + 32;
 
 // ~`iters` dependent FMAs on one block: a norm- or rope-sized kernel.
 template <bool PDL>
@@ -37,54 +38,22 @@ __global__ void small_kernel(float *buf, int iters) {
     buf[threadIdx.x] = v;
 }
 
-__device__ __forceinline__ void cp16(void *dst, const void *src) {
-    const unsigned d = unsigned(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src));
-}
-
 // MODE 0 plain, 1 pdl (wait first), 2 pdl with the first stages issued before the wait.
 template <int MODE>
 __global__ void __launch_bounds__(WARPS * 32) stream_kernel(const uint8_t *w, int N, int K, float *buf) {
     if constexpr (MODE > 0) asm volatile("griddepcontrol.launch_dependents;");
     if constexpr (MODE == 1) asm volatile("griddepcontrol.wait;" ::: "memory");
-    extern __shared__ __align__(16) uint8_t smem[];
     const int lane = threadIdx.x & 31, tile = blockIdx.x * WARPS + (threadIdx.x >> 5);
     if (tile * 16 >= N) {
         if constexpr (MODE == 2) asm volatile("griddepcontrol.wait;" ::: "memory");
         return;
     }
-    uint8_t *ring = smem + (threadIdx.x >> 5) * STAGES * 16 * PITCH;
-    constexpr int LPR = CHUNK / 16, RPC = 32 / LPR, COPIES = 16 / RPC;
-    const int col = (lane % LPR) * 16, row0 = lane / LPR, nstage = K / CHUNK;
-    auto issue = [&](int s) {
-        if (s < nstage) {
-            uint8_t *dst = ring + (s % STAGES) * 16 * PITCH + row0 * PITCH + col;
-#pragma unroll
-            for (int i = 0; i < COPIES; i++)
-                cp16(dst + RPC * i * PITCH, w + size_t(tile * 16 + row0 + RPC * i) * K + size_t(s) * CHUNK + col);
-        }
-        asm volatile("cp.async.commit_group;");
-    };
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) issue(s);
-    if constexpr (MODE == 2) asm volatile("griddepcontrol.wait;" ::: "memory");
+    const uint32_t acc = stream_tile(
+        K / CHUNK, [&](int r, int s, int col) { return w + size_t(tile * 16 + r) * K + size_t(s) * CHUNK + col; },
+        [] {
+            if constexpr (MODE == 2) asm volatile("griddepcontrol.wait;" ::: "memory");
+        });
     const float x = buf[lane];  // the predecessor's output
-    uint32_t acc = 0;
-    const int g = lane >> 2, q = lane & 3;
-    for (int s = 0; s < nstage; s++) {
-        asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2));
-        __syncwarp();
-        const uint8_t *st = ring + (s % STAGES) * 16 * PITCH;
-#pragma unroll
-        for (int u = 0; u < CHUNK / 32; u++) {
-            const uint2 a = *reinterpret_cast<const uint2 *>(st + g * PITCH + u * 32 + 8 * q);
-            const uint2 b = *reinterpret_cast<const uint2 *>(st + (g + 8) * PITCH + u * 32 + 8 * q);
-            acc ^= a.x ^ a.y ^ b.x ^ b.y;
-        }
-        __syncwarp();
-        issue(s + STAGES - 1);
-    }
-    asm volatile("cp.async.wait_group 0;");
     if (acc == 0x12345678u) buf[256 + tile % 256] = x;
 }
 
@@ -103,7 +72,7 @@ int main() {
     CK(cudaMalloc(&buf, 4096 * sizeof(float)));
     CK(cudaMemset(wbuf, 1, max_bytes * copies));
     CK(cudaMemset(buf, 0, 4096 * sizeof(float)));
-    const int smem = WARPS * STAGES * 16 * PITCH;
+    const int smem = RING_SMEM;
     CK(cudaFuncSetAttribute(stream_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     CK(cudaFuncSetAttribute(stream_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     CK(cudaFuncSetAttribute(stream_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));

@@ -1,19 +1,19 @@
 // How fast can the decode GEMV's weight access pattern stream from HBM, with no arithmetic?
 // Reads a [N, K]-byte matrix (copies rotated past L2) four ways and prints GB/s:
 //  - seq: grid-stride 16-byte loads over the whole buffer (the read-only ceiling);
-//  - tile: the GEMV's pattern (gemv_kernel.cuh): a warp per 16-row tile, each stage 16 rows x
-//    CHUNK bytes at row stride K, through a STAGES-deep cp.async ring in shared memory, each lane
-//    then reading its 8 bytes per row pair from shared memory (as the MMA fragments do);
+//  - tile: the GEMV's pattern (weight_ring.cuh), rows at stride K;
 //  - tile-contig: the same ring, but each stage's 16 x CHUNK bytes contiguous (weights repacked
 //    tile-major), so a stage is one 2 KB run of DRAM;
 //  - tile-ldg: the GEMV pattern with plain 16-byte loads into registers, two stages in flight.
 // Build and run on the device: nvcc -O3 -arch=sm_90a -o /tmp/sp tools/device/stream_pattern.cu && /tmp/sp
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
-#include <algorithm>
+
+#include "weight_ring.cuh"
 
 #define CK(x)                                                                              \
     do {                                                                                   \
@@ -24,8 +24,6 @@
         }                                                                                  \
     } while (0)
 
-constexpr int WARPS = 4, CHUNK = 128, STAGES = 3, PITCH = CHUNK + 32;
-
 __global__ void seq_kernel(const uint4 *p, size_t n, uint32_t *out) {
     uint32_t acc = 0;
     for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
@@ -35,51 +33,18 @@ __global__ void seq_kernel(const uint4 *p, size_t n, uint32_t *out) {
     if (acc == 0x12345678u) out[0] = acc;
 }
 
-__device__ __forceinline__ void cp16(void *dst, const void *src) {
-    const unsigned d = unsigned(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src));
-}
-
 // CONTIG: stage s of tile t at w + (t * nstage + s) * 16 * CHUNK (row r at r * CHUNK in it).
 template <bool CONTIG>
 __global__ void __launch_bounds__(WARPS * 32) tile_kernel(const uint8_t *w, int N, int K, uint32_t *out) {
-    extern __shared__ __align__(16) uint8_t smem[];
-    const int lane = threadIdx.x & 31, tile = blockIdx.x * WARPS + (threadIdx.x >> 5);
+    const int tile = blockIdx.x * WARPS + (threadIdx.x >> 5), nstage = K / CHUNK;
     if (tile * 16 >= N) return;
-    uint8_t *ring = smem + (threadIdx.x >> 5) * STAGES * 16 * PITCH;
-    constexpr int LPR = CHUNK / 16, RPC = 32 / LPR, COPIES = 16 / RPC;
-    const int col = (lane % LPR) * 16, row0 = lane / LPR, nstage = K / CHUNK;
-    auto issue = [&](int s) {
-        if (s < nstage) {
-            uint8_t *dst = ring + (s % STAGES) * 16 * PITCH + row0 * PITCH + col;
-#pragma unroll
-            for (int i = 0; i < COPIES; i++) {
-                const int r = row0 + RPC * i;
-                const uint8_t *src = CONTIG ? w + (size_t(tile) * nstage + s) * 16 * CHUNK + r * CHUNK + col
-                                            : w + size_t(tile * 16 + r) * K + size_t(s) * CHUNK + col;
-                cp16(dst + RPC * i * PITCH, src);
-            }
-        }
-        asm volatile("cp.async.commit_group;");
-    };
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) issue(s);
-    uint32_t acc = 0;
-    const int g = lane >> 2, q = lane & 3;
-    for (int s = 0; s < nstage; s++) {
-        asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2));
-        __syncwarp();
-        const uint8_t *st = ring + (s % STAGES) * 16 * PITCH;
-#pragma unroll
-        for (int u = 0; u < CHUNK / 32; u++) {
-            const uint2 a = *reinterpret_cast<const uint2 *>(st + g * PITCH + u * 32 + 8 * q);
-            const uint2 b = *reinterpret_cast<const uint2 *>(st + (g + 8) * PITCH + u * 32 + 8 * q);
-            acc ^= a.x ^ a.y ^ b.x ^ b.y;
-        }
-        __syncwarp();
-        issue(s + STAGES - 1);
-    }
-    asm volatile("cp.async.wait_group 0;");
+    const uint32_t acc = stream_tile(
+        nstage,
+        [&](int r, int s, int col) {
+            return CONTIG ? w + (size_t(tile) * nstage + s) * 16 * CHUNK + r * CHUNK + col
+                          : w + size_t(tile * 16 + r) * K + size_t(s) * CHUNK + col;
+        },
+        [] {});
     if (acc == 0x12345678u) out[tile] = acc;
 }
 
@@ -125,7 +90,7 @@ int main() {
     CK(cudaMalloc(&buf, max_bytes * copies));
     CK(cudaMalloc(&out, 1 << 20));
     CK(cudaMemset(buf, 1, max_bytes * copies));
-    const int smem = WARPS * STAGES * 16 * PITCH;
+    const int smem = RING_SMEM;
     CK(cudaFuncSetAttribute(tile_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     CK(cudaFuncSetAttribute(tile_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     cudaEvent_t e0, e1;
