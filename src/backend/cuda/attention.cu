@@ -434,34 +434,34 @@ Status run_attention(const attention_batch &b, cudaStream_t stream) {
 
     if (p.big_scores) {
         const dim3 grid(unsigned(p.Lp / 64), unsigned((b.H + 31) / 32), unsigned(b.R));
-        (void)launch_pdl(scores_kernel<32, 64, 4, 4, 32>, grid, (32 / 4) * (64 / 4), 0, stream, b.q, b.keys, b.H, b.L, b.hd, b.scale,
-                                                                            p.Lp, sc);
+        (void)launch_pdl(scores_kernel<32, 64, 4, 4, 32>, grid, (32 / 4) * (64 / 4), 0, stream, b.q, b.keys, b.H, b.L,
+                         b.hd, b.scale, p.Lp, sc);
     } else {
         const dim3 grid(unsigned(p.Lp / 32), unsigned((b.H + 7) / 8), unsigned(b.R));
-        (void)launch_pdl(scores_kernel<8, 32, 2, 2, 64>, grid, (8 / 2) * (32 / 2), 0, stream, b.q, b.keys, b.H, b.L, b.hd, b.scale,
-                                                                          p.Lp, sc);
+        (void)launch_pdl(scores_kernel<8, 32, 2, 2, 64>, grid, (8 / 2) * (32 / 2), 0, stream, b.q, b.keys, b.H, b.L,
+                         b.hd, b.scale, p.Lp, sc);
     }
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     const int RH = b.R * b.H;
-    (void)launch_pdl(softmax_kernel, (RH + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS, 32 * SOFTMAX_WARPS, 0, stream, 
-        sc, b.sink, RH, b.H, b.L, p.Lp, p.nblk, b.official, rescale, den);
+    (void)launch_pdl(softmax_kernel, (RH + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS, 32 * SOFTMAX_WARPS, 0, stream, sc,
+                     b.sink, RH, b.H, b.L, p.Lp, p.nblk, b.official, rescale, den);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     const unsigned dim_tiles = unsigned((b.hd + PV_DIMS - 1) / PV_DIMS);
     if (p.loop_pv) {
         const dim3 grid(dim_tiles, unsigned(hgroups), unsigned(b.R));
-        (void)launch_pdl(pv_kernel, grid, PV_THREADS, 0, stream, b.keys, b.H, b.L, b.hd, sc, p.Lp, p.nblk, p.nblk, hgroups, rescale,
-                                                   den, b.official, nullptr, b.out);
+        (void)launch_pdl(pv_kernel, grid, PV_THREADS, 0, stream, b.keys, b.H, b.L, b.hd, sc, p.Lp, p.nblk, p.nblk,
+                         hgroups, rescale, den, b.official, nullptr, b.out);
         DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
         return Status::ok();
     }
     double *part = reinterpret_cast<double *>(ws + p.part);
     const dim3 grid(dim_tiles, unsigned(hgroups * p.nblk), unsigned(b.R));
-    (void)launch_pdl(pv_kernel, grid, PV_THREADS, 0, stream, b.keys, b.H, b.L, b.hd, sc, p.Lp, p.nblk, 1, hgroups, rescale, den,
-                                               b.official, part, b.out);
+    (void)launch_pdl(pv_kernel, grid, PV_THREADS, 0, stream, b.keys, b.H, b.L, b.hd, sc, p.Lp, p.nblk, 1, hgroups,
+                     rescale, den, b.official, part, b.out);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     const int64_t n4 = int64_t(n / 4);
-    (void)launch_pdl(fold_kernel, unsigned((n4 + FOLD_THREADS - 1) / FOLD_THREADS), FOLD_THREADS, 0, stream, 
-        part, rescale, den, n4, b.H, b.hd, p.nblk, b.official, b.out);
+    (void)launch_pdl(fold_kernel, unsigned((n4 + FOLD_THREADS - 1) / FOLD_THREADS), FOLD_THREADS, 0, stream, part,
+                     rescale, den, n4, b.H, b.hd, p.nblk, b.official, b.out);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }

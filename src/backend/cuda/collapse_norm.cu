@@ -101,10 +101,10 @@ Status check(const float *X, int64_t S, int hc, int64_t D, const float *w, const
 
 Status launch(const float *X, const float *pre, int64_t S, int hc, int64_t D, bool round_bf16, const float *w, float eps,
               float *y, const gemv_split *split, int act_block, cudaStream_t stream) {
-    (void)launch_pdl(collapse_norm_kernel, unsigned(S), VEC_THREADS, 0, stream, 
-        reinterpret_cast<const float4 *>(X), pre, hc, int(D / 4), round_bf16, reinterpret_cast<const float4 *>(w), eps,
-        reinterpret_cast<float4 *>(y), split ? reinterpret_cast<uint32_t *>(split->xs) : nullptr, split ? split->sx : nullptr,
-        act_block);
+    (void)launch_pdl(collapse_norm_kernel, unsigned(S), VEC_THREADS, 0, stream, reinterpret_cast<const float4 *>(X),
+                     pre, hc, int(D / 4), round_bf16, reinterpret_cast<const float4 *>(w), eps,
+                     reinterpret_cast<float4 *>(y), split ? reinterpret_cast<uint32_t *>(split->xs) : nullptr,
+                     split ? split->sx : nullptr, act_block);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }

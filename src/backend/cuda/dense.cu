@@ -328,13 +328,17 @@ Status dense_linear(const float *x, const void *w, bool w_bf16, float *y, int64_
         }();
         if (opted && with_x <= NARROW_SMEM_X) {
             if (w_bf16)
-                (void)launch_pdl(dense_narrow_kernel<true, true>, blocks, NARROW_THREADS, with_x, stream, x, w, y, int(M), int(N), int(K), rb);
+                (void)launch_pdl(dense_narrow_kernel<true, true>, blocks, NARROW_THREADS, with_x, stream, x, w, y,
+                                 int(M), int(N), int(K), rb);
             else
-                (void)launch_pdl(dense_narrow_kernel<false, true>, blocks, NARROW_THREADS, with_x, stream, x, w, y, int(M), int(N), int(K), rb);
+                (void)launch_pdl(dense_narrow_kernel<false, true>, blocks, NARROW_THREADS, with_x, stream, x, w, y,
+                                 int(M), int(N), int(K), rb);
         } else if (w_bf16) {
-            (void)launch_pdl(dense_narrow_kernel<true, false>, blocks, NARROW_THREADS, smem, stream, x, w, y, int(M), int(N), int(K), rb);
+            (void)launch_pdl(dense_narrow_kernel<true, false>, blocks, NARROW_THREADS, smem, stream, x, w, y, int(M),
+                             int(N), int(K), rb);
         } else {
-            (void)launch_pdl(dense_narrow_kernel<false, false>, blocks, NARROW_THREADS, smem, stream, x, w, y, int(M), int(N), int(K), rb);
+            (void)launch_pdl(dense_narrow_kernel<false, false>, blocks, NARROW_THREADS, smem, stream, x, w, y, int(M),
+                             int(N), int(K), rb);
         }
         DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
         return Status::ok();

@@ -46,7 +46,8 @@ Status embed_rows_bf16(const uint16_t *table, int64_t vocab, int64_t dim, const 
                                         ", n " + std::to_string(n) + ", copies " + std::to_string(copies));
     if (n == 0) return Status::ok();
     if (!table || !ids || !out) return Status::invalid_argument("embed_rows_bf16: null pointer");
-    (void)launch_pdl(embed_bf16_kernel, blocks_for(n * copies * dim), THREADS, 0, stream, table, vocab, dim, ids, n, copies, out);
+    (void)launch_pdl(embed_bf16_kernel, blocks_for(n * copies * dim), THREADS, 0, stream, table, vocab, dim, ids, n,
+                     copies, out);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }
@@ -58,7 +59,8 @@ Status gather_rows_fp8_e8m0(const uint8_t *table, const uint8_t *scale, int64_t 
                                         std::to_string(dim) + " (% 32), n " + std::to_string(n));
     if (n == 0) return Status::ok();
     if (!table || !scale || !ids || !out) return Status::invalid_argument("gather_rows_fp8_e8m0: null pointer");
-    (void)launch_pdl(gather_fp8_kernel, blocks_for(n * dim), THREADS, 0, stream, table, scale, table_rows, dim, ids, n, out);
+    (void)launch_pdl(gather_fp8_kernel, blocks_for(n * dim), THREADS, 0, stream, table, scale, table_rows, dim, ids, n,
+                     out);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }

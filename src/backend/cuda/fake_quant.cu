@@ -38,7 +38,8 @@ Status launch(const char *op, float *x, int64_t rows, int64_t stride, int64_t co
     DS41RT_RETURN_IF_ERROR(detail::check_blocks(op, x, rows, stride, cols, block));
     const int64_t n = rows * (cols / 4);
     if (n == 0) return Status::ok();
-    (void)launch_pdl(fake_quant_kernel<K>, unsigned((n + THREADS - 1) / THREADS), THREADS, 0, stream, x, rows, stride, cols, int(block / 4));
+    (void)launch_pdl(fake_quant_kernel<K>, unsigned((n + THREADS - 1) / THREADS), THREADS, 0, stream, x, rows, stride,
+                     cols, int(block / 4));
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }

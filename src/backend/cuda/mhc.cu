@@ -317,13 +317,16 @@ Status hc_split_sinkhorn(const float *m, int64_t S, int hc, const float *scale, 
     const unsigned warp_blocks = unsigned((S + 7) / 8);  // 8 tokens (warps) a block
     switch (hc) {
     case 4:
-        (void)launch_pdl(split_warp_kernel<4>, warp_blocks, 256, 0, stream, m, S, scale, base, eps, iters, pre, post, comb);
+        (void)launch_pdl(split_warp_kernel<4>, warp_blocks, 256, 0, stream, m, S, scale, base, eps, iters, pre, post,
+                         comb);
         break;
     case 2:
-        (void)launch_pdl(split_warp_kernel<2>, warp_blocks, 256, 0, stream, m, S, scale, base, eps, iters, pre, post, comb);
+        (void)launch_pdl(split_warp_kernel<2>, warp_blocks, 256, 0, stream, m, S, scale, base, eps, iters, pre, post,
+                         comb);
         break;
     default:
-        (void)launch_pdl(split_kernel, unsigned((S + 63) / 64), 64, 0, stream, m, S, hc, scale, base, eps, iters, pre, post, comb);
+        (void)launch_pdl(split_kernel, unsigned((S + 63) / 64), 64, 0, stream, m, S, hc, scale, base, eps, iters, pre,
+                         post, comb);
     }
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();

@@ -560,10 +560,12 @@ Status run_moe_routed(const moe_routed_plan &plan, const float *x, const int32_t
             if (plan.nt == 1) (void)launch_pdl(moe_routed_nvfp4_kernel<1>, grid, threads, 0, stream, p, down);
             else (void)launch_pdl(moe_routed_nvfp4_kernel<2>, grid, threads, 0, stream, p, down);
         } else if (plan.act_block) {
-            if (plan.nt == 1) (void)launch_pdl(moe_routed_mxfp4_kernel<true, 1>, grid, threads, gd::SMEM_BYTES, stream, p, down);
+            if (plan.nt == 1)
+                (void)launch_pdl(moe_routed_mxfp4_kernel<true, 1>, grid, threads, gd::SMEM_BYTES, stream, p, down);
             else (void)launch_pdl(moe_routed_mxfp4_kernel<true, 2>, grid, threads, gd::SMEM_BYTES, stream, p, down);
         } else {
-            if (plan.nt == 1) (void)launch_pdl(moe_routed_mxfp4_kernel<false, 1>, grid, threads, gd::SMEM_BYTES, stream, p, down);
+            if (plan.nt == 1)
+                (void)launch_pdl(moe_routed_mxfp4_kernel<false, 1>, grid, threads, gd::SMEM_BYTES, stream, p, down);
             else (void)launch_pdl(moe_routed_mxfp4_kernel<false, 2>, grid, threads, gd::SMEM_BYTES, stream, p, down);
         }
     };
@@ -580,7 +582,8 @@ Status run_moe_routed(const moe_routed_plan &plan, const float *x, const int32_t
     const dim3 sgrid(unsigned((plan.I + chunk - 1) / chunk), unsigned(R));
     const bool before = !plan.weight_after_w2;
     if (mode == NVFP4) (void)launch_pdl(moe_routed_swiglu_kernel<NVFP4>, sgrid, 256, 0, stream, p, before, chunk);
-    else if (mode == OFFICIAL) (void)launch_pdl(moe_routed_swiglu_kernel<OFFICIAL>, sgrid, 256, 0, stream, p, before, chunk);
+    else if (mode == OFFICIAL)
+        (void)launch_pdl(moe_routed_swiglu_kernel<OFFICIAL>, sgrid, 256, 0, stream, p, before, chunk);
     else (void)launch_pdl(moe_routed_swiglu_kernel<REFERENCE>, sgrid, 256, 0, stream, p, before, chunk);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     gemv(true);

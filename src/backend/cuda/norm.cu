@@ -127,9 +127,9 @@ Status rms_norm_rows(const float *x, const float *w, float *y, int64_t rows, int
     // In place (y == x) is fine for both kernels: each element is read before it is written, by
     // the thread that writes it.
     if (dim % 4 == 0 && dim <= int64_t(VEC_THREADS) * VEC_PER * 4 && a16(x) && a16(y) && (!w || a16(w)))
-        (void)launch_pdl(rms_norm_vec_kernel, unsigned(rows), VEC_THREADS, 0, stream, 
-            reinterpret_cast<const float4 *>(x), reinterpret_cast<const float4 *>(w), reinterpret_cast<float4 *>(y),
-            int(dim / 4), eps, round_bf16);
+        (void)launch_pdl(rms_norm_vec_kernel, unsigned(rows), VEC_THREADS, 0, stream,
+                         reinterpret_cast<const float4 *>(x), reinterpret_cast<const float4 *>(w),
+                         reinterpret_cast<float4 *>(y), int(dim / 4), eps, round_bf16);
     else
         (void)launch_pdl(rms_norm_kernel, unsigned(rows), NORM_THREADS, 0, stream, x, w, y, dim, eps, round_bf16);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());

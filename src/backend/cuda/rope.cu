@@ -84,8 +84,8 @@ Status rope_tail_rows(float *x, int64_t rows, int64_t dim, const int64_t *pos, i
     if (!x || !pos || !inv_freq) return Status::invalid_argument("rope_tail_rows: null pointer");
     if (reinterpret_cast<uintptr_t>(x) % 8 != 0) return Status::invalid_argument("rope_tail_rows: x not 8-byte aligned");
     const int64_t threads = rows * (round_bf16 ? dim / 2 : n_pairs);
-    (void)launch_pdl(rope_kernel, blocks_for(threads), THREADS, 0, stream, x, rows, dim, pos, rows_per_pos, inv_freq, n_pairs, inverse,
-                                                             round_bf16);
+    (void)launch_pdl(rope_kernel, blocks_for(threads), THREADS, 0, stream, x, rows, dim, pos, rows_per_pos, inv_freq,
+                     n_pairs, inverse, round_bf16);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }

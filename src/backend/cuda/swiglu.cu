@@ -82,14 +82,14 @@ Status swiglu_rows(const float *g, const float *u, const float *row_weight, floa
                                             "128 dividing inter (rows " + std::to_string(rows) + ", act_block " +
                                             std::to_string(act_block) + ", inter " + std::to_string(inter) + ")");
         const int64_t threads = rows * (inter / act_block) * 32;
-        (void)launch_pdl(swiglu_split_kernel, unsigned((threads + THREADS - 1) / THREADS), THREADS, 0, stream, 
-            g, u, row_weight, h, int(rows), int(inter), limit, round_bf16, split->xs, split->sx, act_block);
+        (void)launch_pdl(swiglu_split_kernel, unsigned((threads + THREADS - 1) / THREADS), THREADS, 0, stream, g, u,
+                         row_weight, h, int(rows), int(inter), limit, round_bf16, split->xs, split->sx, act_block);
         DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
         return Status::ok();
     }
     const int64_t n = rows * inter;
-    (void)launch_pdl(swiglu_kernel, unsigned((n + THREADS - 1) / THREADS), THREADS, 0, stream, g, u, row_weight, h, rows, inter, limit,
-                                                                                 round_bf16);
+    (void)launch_pdl(swiglu_kernel, unsigned((n + THREADS - 1) / THREADS), THREADS, 0, stream, g, u, row_weight, h,
+                     rows, inter, limit, round_bf16);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }
