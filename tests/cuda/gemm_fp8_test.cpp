@@ -1,9 +1,11 @@
 // GPU prefill GEMM in official numerics (backend/cuda/gemm_fp8.cu) against the CPU reference:
 // backend/cpu fake_quant_fp8_ue8m0 of x, then matmul_nt against the weight dequantized by
-// core/dtype (cuda_test_util.h), at ragged small shapes and at V4.1 / V4 prefill shapes.
+// core/dtype (cuda_test_util.h), at ragged small shapes and at V4.1 / V4 prefill shapes, on each
+// kernel the device and build can run (mma.sync everywhere; wgmma on sm_90a, gemm_fp8_sm90.cu).
 // Tolerance: relative Frobenius error <= 1e-5 and every element within 1e-4 of max|ref|: the
 // products of E4M3 codes and power-of-two scales are exact on both sides; the kernel sums each
-// 32-k block inside the MMA and the blocks in fp32, the reference in fp64. Outputs are poisoned
+// 32-k block inside the MMA and the blocks in fp32 (wgmma: BF16 operands, 64-k partials added in
+// fp32), the reference in fp64. Outputs are poisoned
 // with NaN first, so an element the kernel skips fails. At M = 2048 the reference covers a
 // sample of rows (rows are independent), the NaN check covers all of them.
 // The TFLOP/s lines are information, not assertions: 2 M N K over the time of run_gemm_fp8
@@ -42,9 +44,11 @@ struct spec {
     int M, N, K;
     int block;      // FP8 weight grid block_out = block_in
     int act_block;  // 32 (V4.1) or 128 (V4)
+    cuda::gemm_fp8_kernel kernel = cuda::gemm_fp8_kernel::AUTO;
     std::string what() const {
-        return std::string(fp4 ? "mxfp4" : "fp8 b" + std::to_string(block)) + " act" + std::to_string(act_block) + " M" +
-               std::to_string(M) + " N" + std::to_string(N) + " K" + std::to_string(K);
+        const char *k = kernel == cuda::gemm_fp8_kernel::WGMMA ? "wgmma " : kernel == cuda::gemm_fp8_kernel::MMA_SYNC ? "mma " : "";
+        return std::string(k) + (fp4 ? "mxfp4" : "fp8 b" + std::to_string(block)) + " act" + std::to_string(act_block) +
+               " M" + std::to_string(M) + " N" + std::to_string(N) + " K" + std::to_string(K);
     }
 };
 
@@ -69,6 +73,7 @@ public:
         a_.w = static_cast<const uint8_t *>(w_.p), a_.scale = static_cast<const uint8_t *>(scale_.p);
         a_.fp4 = s.fp4, a_.N = s.N, a_.block_out = s.block, a_.block_in = s.block;
         a_.y = static_cast<float *>(y_.p);
+        a_.kernel = s.kernel;
         ws_ = std::make_unique<dev_buf>(cuda::gemm_fp8_workspace_bytes(a_));
     }
     // Poison y with NaN, run, return y.
@@ -125,8 +130,19 @@ protected:
         auto d = cuda::query_device();
         if (!d) GTEST_SKIP() << d.status().to_string();
         dev_ = d.value();
+        for (cuda::gemm_fp8_kernel k : {cuda::gemm_fp8_kernel::MMA_SYNC, cuda::gemm_fp8_kernel::WGMMA})
+            if (cuda::gemm_fp8_kernel_usable(dev_, k)) kernels_.push_back(k);
     }
     cuda::device_info dev_;
+    std::vector<cuda::gemm_fp8_kernel> kernels_;  // every kernel this device and build can run
+
+    // check() of `s` on every kernel.
+    void check_each(spec s, bool timed = false) {
+        for (cuda::gemm_fp8_kernel k : kernels_) {
+            s.kernel = k;
+            check(s, timed);
+        }
+    }
 
     // Runs one case and checks it against the CPU reference on every row (small M) or on a
     // sample of rows (large M); with `timed`, prints the rate. Returns y.
@@ -171,40 +187,45 @@ protected:
 TEST_F(CudaGemmFp8, small_ragged_shapes) {
     for (bool fp4 : {false, true})
         for (int M : {1, 17, 100})
-            for (auto [N, K] : {std::pair{37, 64}, std::pair{300, 96}, std::pair{257, 160}}) check({fp4, M, N, K, 32, 32});
-    check({false, 17, 200, 256, 128, 128});  // V4 grid
-    check({true, 5, 77, 384, 32, 128});      // V4 expert blocks
-    check({false, 130, 513, 384, 128, 32});  // 128-grid weights with 32-channel activations
+            for (auto [N, K] : {std::pair{37, 64}, std::pair{300, 96}, std::pair{257, 160}}) check_each({fp4, M, N, K, 32, 32});
+    check_each({false, 17, 200, 256, 128, 128});  // V4 grid
+    check_each({true, 5, 77, 384, 32, 128});      // V4 expert blocks
+    check_each({false, 130, 513, 384, 128, 32});  // 128-grid weights with 32-channel activations
+    check_each({false, 300, 1000, 1280, 32, 32});  // several M and N tiles, ten 128-k stages
 }
 
 TEST_F(CudaGemmFp8, v41_prefill_shapes) {
-    check({false, 2048, 32768, 1280, 32, 32}, true);  // wq_b
-    check({true, 2048, 2304, 5120, 32, 32}, true);    // routed expert w1 / w3
-    check({true, 2048, 5120, 2304, 32, 32}, true);    // routed expert w2
-    check({false, 2048, 5120, 8192, 32, 32}, true);   // wo_b
+    check_each({false, 2048, 32768, 1280, 32, 32}, true);  // wq_b
+    check_each({true, 2048, 2304, 5120, 32, 32}, true);    // routed expert w1 / w3
+    check_each({true, 2048, 5120, 2304, 32, 32}, true);    // routed expert w2
+    check_each({false, 2048, 5120, 8192, 32, 32}, true);   // wo_b
 }
 
 TEST_F(CudaGemmFp8, v4_prefill_shapes) {
-    check({false, 1024, 32768, 1024, 128, 128}, true);  // wq_b
-    check({true, 1024, 2048, 4096, 32, 128}, true);     // routed expert w1
+    check_each({false, 1024, 32768, 1024, 128, 128}, true);  // wq_b
+    check_each({true, 1024, 2048, 4096, 32, 128}, true);     // routed expert w1
 }
 
 // Row m's bits do not depend on M: the first rows of a 2048-row run equal the same rows run
-// alone (no split K, one k order per output).
+// alone (no split K, one k order per output). The two kernels may differ from each other in the
+// last bits (the tensor cores' sums of a 32-k block), not from themselves.
 TEST_F(CudaGemmFp8, rows_do_not_depend_on_batch) {
-    for (bool fp4 : {false, true}) {
-        const int N = 1000, K = 1280, M = 2048;
-        const auto q = fp4 ? testing_util::random_mxfp4(N, K, 11) : testing_util::random_fp8_block(N, K, 32, 32, 11);
-        const std::vector<float> x = make_x(M, K, 12);
-        const spec big{fp4, M, N, K, 32, 32};
-        const std::vector<float> y_big = gpu_case(dev_, big, q, x).run();
-        for (int m : {1, 37, 129}) {
-            const spec small{fp4, m, N, K, 32, 32};
-            const std::vector<float> xs(x.begin(), x.begin() + size_t(m) * K);
-            const std::vector<float> y = gpu_case(dev_, small, q, xs).run();
-            EXPECT_EQ(std::memcmp(y.data(), y_big.data(), y.size() * 4), 0) << big.what() << ": first " << m << " rows differ";
+    for (cuda::gemm_fp8_kernel k : kernels_)
+        for (bool fp4 : {false, true}) {
+            const int N = 1000, K = 1280, M = 2048;
+            const auto q = fp4 ? testing_util::random_mxfp4(N, K, 11) : testing_util::random_fp8_block(N, K, 32, 32, 11);
+            const std::vector<float> x = make_x(M, K, 12);
+            spec big{fp4, M, N, K, 32, 32};
+            big.kernel = k;
+            const std::vector<float> y_big = gpu_case(dev_, big, q, x).run();
+            for (int m : {1, 37, 129}) {
+                spec small{fp4, m, N, K, 32, 32};
+                small.kernel = k;
+                const std::vector<float> xs(x.begin(), x.begin() + size_t(m) * K);
+                const std::vector<float> y = gpu_case(dev_, small, q, xs).run();
+                EXPECT_EQ(std::memcmp(y.data(), y_big.data(), y.size() * 4), 0) << big.what() << ": first " << m << " rows differ";
+            }
         }
-    }
 }
 
 TEST_F(CudaGemmFp8, rejects_unsupported_shapes) {

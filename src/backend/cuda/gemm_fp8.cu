@@ -10,9 +10,9 @@
 // 172 GFLOP: ~135 us each at peak. The quantization pre-passes move M * K * 5 bytes (x read,
 // codes written) plus, for MXFP4, N * K * 1.5 bytes (decode to E4M3 codes): a few us.
 //
-// Why mma.sync and not wgmma: the per-32-k scale multiply needs each block's partial in
-// registers, which mma.sync gives for free; wgmma (sm_90a) would amortize issue better and is
-// the next step. Issue budget per warp per 32-k block (64 x 64 warp tile): 32 MMAs, 8 ldmatrix,
+// This is the portable kernel (sm_80 and up); on sm_90a run_gemm_fp8 takes gemm_fp8_sm90.cu's
+// wgmma path instead (BF16 operands, there: the E4M3 wgmma's block sums are not exact). Here the
+// per-32-k scale multiply needs each block's partial in registers, which mma.sync gives for free. Issue budget per warp per 32-k block (64 x 64 warp tile): 32 MMAs, 8 ldmatrix,
 // 128 FFMA for the scaled accumulate, plus 16 FMUL (FP8: one weight scale per 32-row group) or
 // 128 FMUL (MXFP4: a weight scale per row) for the combined scales.
 //
@@ -33,11 +33,13 @@
 // NaN-poisoned y, rows of a large M bit-identical to the same rows run alone.
 #include "backend/cuda/gemm_fp8.cuh"
 
+#include <algorithm>
 #include <string>
 
 #include "backend/cuda/block_quant.cuh"
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/gemm_fp8_layout.h"
+#include "backend/cuda/gemm_fp8_sm90.cuh"
 #include "backend/cuda/numerics.cuh"
 
 namespace ds41rt::backend::cuda {
@@ -321,17 +323,26 @@ unsigned blocks_for(int64_t threads) { return unsigned((threads + PREP_THREADS -
 
 size_t gemm_fp8_workspace_bytes(const gemm_fp8_args &a) {
     if (a.M <= 0 || a.N <= 0 || a.K <= 0) return 0;
-    return layout_of(a).total;
+    return std::max(layout_of(a).total, gemm_fp8_sm90::workspace_bytes(a));  // either kernel may run
+}
+
+bool gemm_fp8_kernel_usable(const device_info &dev, gemm_fp8_kernel k) {
+    return k != gemm_fp8_kernel::WGMMA || gemm_fp8_sm90::usable(dev, false);
 }
 
 Status run_gemm_fp8(const device_info &dev, const gemm_fp8_args &a, void *workspace, cudaStream_t stream) {
     DS41RT_RETURN_IF_ERROR(check(a));
+    if (!gemm_fp8_kernel_usable(dev, a.kernel))
+        return Status::not_supported("gemm_fp8: the wgmma kernel needs sm_90a code in this build and a cc 9.0 device (" +
+                                     dev.name + " is " + std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) + ")");
     if (a.M == 0) return Status::ok();
-    if (dev.smem_per_block_optin < SMEM_BYTES)
+    const bool wgmma = a.kernel == gemm_fp8_kernel::WGMMA || (a.kernel == gemm_fp8_kernel::AUTO && gemm_fp8_sm90::usable(dev, true));
+    if (!wgmma && dev.smem_per_block_optin < SMEM_BYTES)
         return Status::not_supported("gemm_fp8: needs " + std::to_string(SMEM_BYTES) + " bytes of shared memory per block, device " +
                                      dev.name + " allows " + std::to_string(dev.smem_per_block_optin));
     if (!workspace) return Status::invalid_argument("gemm_fp8: null workspace");
     if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0) return Status::invalid_argument("gemm_fp8: workspace not 256-byte aligned");
+    if (wgmma) return gemm_fp8_sm90::run(a, workspace, stream);
     const layout l = layout_of(a);
     uint8_t *ws = static_cast<uint8_t *>(workspace);
     uint8_t *xq = ws + l.xq, *wq = ws + l.wq;

@@ -19,6 +19,10 @@
 
 namespace ds41rt::backend::cuda {
 
+// Which kernel runs: AUTO takes the wgmma one (gemm_fp8_sm90.cu) where it can run (sm_90a code, a
+// cc 9.0 device, DS41RT_GEMM_WGMMA not 0), else mma.sync. Tests and A/B runs name one.
+enum class gemm_fp8_kernel { AUTO, MMA_SYNC, WGMMA };
+
 struct gemm_fp8_args {
     const float *x = nullptr;  // [M, K] fp32, 16-byte aligned
     int M = 0, K = 0;          // K a multiple of 32 and of act_block
@@ -29,14 +33,18 @@ struct gemm_fp8_args {
     int N = 0;
     int block_out = 32, block_in = 32;  // FP8 scale grid (V4.1 32x32, V4 128x128): multiples of 32
     float *y = nullptr;                 // [M, N]; must not alias x, w or the workspace
+    gemm_fp8_kernel kernel = gemm_fp8_kernel::AUTO;
 };
 
-// Device memory run_gemm_fp8 needs for these arguments (quantized x and its scales, the weight
-// scales per (row, 32 k), and for MXFP4 the weight decoded to E4M3 codes). No zeroing needed.
+// True when `k` can run on `dev` in this build (AUTO and MMA_SYNC always).
+bool gemm_fp8_kernel_usable(const device_info &dev, gemm_fp8_kernel k);
+
+// Device memory run_gemm_fp8 needs for these arguments, whichever kernel runs (quantized or
+// dequantized x, the weight's scales or the weight decoded). No zeroing needed.
 size_t gemm_fp8_workspace_bytes(const gemm_fp8_args &a);
 
-// NOT_SUPPORTED for shapes outside the contract above or a device without the shared memory
-// the tiles need; INVALID_ARGUMENT for null or misaligned pointers. Graph-capturable.
+// NOT_SUPPORTED for shapes outside the contract above, a device without the shared memory
+// the tiles need, or a named kernel that cannot run here; INVALID_ARGUMENT for null or misaligned pointers. Graph-capturable.
 Status run_gemm_fp8(const device_info &dev, const gemm_fp8_args &a, void *workspace, cudaStream_t stream);
 
 }  // namespace ds41rt::backend::cuda
