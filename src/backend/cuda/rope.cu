@@ -5,19 +5,11 @@
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/numerics.cuh"
+#include "backend/cuda/rope_angle.cuh"
 
 namespace ds41rt::backend::cuda {
 
 namespace {
-
-// The host forms float(pos) * inv_freq in fp32, then cosf / sinf (engine/rope.cpp eval).
-__device__ __forceinline__ void rope_angle(int64_t pos, float inv_freq, float *c, float *s) {
-    const float a = __fmul_rn(__ll2float_rn(pos), inv_freq);
-    double sd, cd;
-    sincos(double(a), &sd, &cd);
-    *c = float(cd);
-    *s = float(sd);
-}
 
 // Bytes per call: n * n_pairs * 8 written (+ n * 8 positions). One fp64 sincos per element.
 __global__ void rope_tables_kernel(const int64_t *pos, int64_t n, const float *inv_freq, int n_pairs, float *cos,
@@ -26,7 +18,7 @@ __global__ void rope_tables_kernel(const int64_t *pos, int64_t n, const float *i
     if (t >= n * n_pairs) return;
     const int64_t r = t / n_pairs;
     const int i = int(t % n_pairs);
-    rope_angle(pos[r], inv_freq[i], cos + t, sin + t);
+    dev::rope_angle(pos[r], inv_freq[i], cos + t, sin + t);
 }
 
 // One thread per channel pair it touches: the tail pairs, plus the head pairs when the row is
@@ -45,11 +37,8 @@ __global__ void rope_kernel(float *x, int64_t rows, int64_t dim, const int64_t *
     const int64_t i = pj - (half - n_pairs);
     if (i >= 0) {
         float c, s;
-        rope_angle(pos[r / rows_per_pos], inv_freq[i], &c, &s);
-        if (inverse) s = -s;
-        const float a = v.x, b = v.y;
-        v.x = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-        v.y = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+        dev::rope_angle(pos[r / rows_per_pos], inv_freq[i], &c, &s);
+        v = dev::rope_rotate(v.x, v.y, c, inverse ? -s : s);
     }
     if (rb) {
         v.x = dev::round_bf16(v.x);

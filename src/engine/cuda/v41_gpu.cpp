@@ -41,6 +41,7 @@
 #include "backend/cuda/embedding.cuh"
 #include "backend/cuda/engram.cuh"
 #include "backend/cuda/fake_quant.cuh"
+#include "backend/cuda/kv_row.cuh"
 #include "backend/cuda/indexer.cuh"
 #include "backend/cuda/mhc.cuh"
 #include "backend/cuda/moe_decode.cuh"
@@ -471,9 +472,15 @@ private:
         if (!qsplit) return qsplit.status();
         DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.wq_b, b.qr.f(), b.q.f(), *qsplit}}, S, lin::FP8));
         DS41RT_RETURN_IF_ERROR(rope(b.q.f(), S * H, hd, pos_d, H, inv, false));
-        DS41RT_RETURN_IF_ERROR(norm(b.kv.f(), L.kv_norm, S, hd));
-        DS41RT_RETURN_IF_ERROR(rope(b.kv.f(), S, hd, pos_d, 1, inv, false));
-        if (hd % 32 == 0) DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp8_ue8m0(b.kv.f(), S, hd, 32, st()));
+        // The window KV row: norm, RoPE and the FP8 fake quant in one launch where a block holds it.
+        if (hd % 32 == 0 && cuda::kv_row_fits(hd)) {
+            DS41RT_RETURN_IF_ERROR(
+                cuda::kv_norm_rope_quant(b.kv.f(), L.kv_norm, S, hd, eps(), official_, pos_d, inv, n_pairs_, 32, st()));
+        } else {
+            DS41RT_RETURN_IF_ERROR(norm(b.kv.f(), L.kv_norm, S, hd));
+            DS41RT_RETURN_IF_ERROR(rope(b.kv.f(), S, hd, pos_d, 1, inv, false));
+            if (hd % 32 == 0) DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp8_ue8m0(b.kv.f(), S, hd, 32, st()));
+        }
         end();
         return Status::ok();
     }
