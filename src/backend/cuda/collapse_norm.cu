@@ -32,32 +32,51 @@ namespace gd = gemv_detail;
 
 constexpr int MAX_HC = 8;
 
+// HC: the stream count when known at compile time (0: rms_norm_split's row as it is; 4: V4.1 and
+// V4), so a thread's VEC_PER x HC stream loads are all issued before the first add (a run-time
+// count left them one memory latency apart: 6.0 us a row under ncu, H200); -1: any hc <= 8.
+template <int HC>
 __global__ void __launch_bounds__(VEC_THREADS)
     collapse_norm_kernel(const float4 *X, const float *pre, int hc, int dim4, bool rb, const float4 *__restrict__ w,
                          float eps, float4 *y, uint32_t *xs, float *sx, int act_block) {
     pdl_enter();
     const int s = blockIdx.x;
-    float p[MAX_HC];
-#pragma unroll
-    for (int j = 0; j < MAX_HC; j++) p[j] = j < hc ? pre[s * hc + j] : 0.0f;
+    constexpr int NJ = HC < 0 ? MAX_HC : HC;
     float4 v[VEC_PER], g[VEC_PER];
+    if constexpr (HC == 0) {
+#pragma unroll
+        for (int u = 0; u < VEC_PER; u++) {
+            const int i = threadIdx.x + u * VEC_THREADS;
+            v[u] = i < dim4 ? X[size_t(s) * dim4 + i] : make_float4(0, 0, 0, 0);
+        }
+    } else {
+        float p[NJ];
+        float4 x[VEC_PER][NJ];
+#pragma unroll
+        for (int j = 0; j < NJ; j++) p[j] = (HC > 0 || j < hc) ? pre[s * hc + j] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < VEC_PER; u++)
+#pragma unroll
+            for (int j = 0; j < NJ; j++) {
+                const int i = threadIdx.x + u * VEC_THREADS;
+                x[u][j] = i < dim4 && (HC > 0 || j < hc) ? X[(size_t(s) * hc + j) * dim4 + i] : make_float4(0, 0, 0, 0);
+            }
+#pragma unroll
+        for (int u = 0; u < VEC_PER; u++) {
+            float4 a = make_float4(0, 0, 0, 0);
+#pragma unroll
+            for (int j = 0; j < NJ; j++) {
+                if (HC < 0 && j >= hc) break;
+                a.x = __fadd_rn(a.x, __fmul_rn(p[j], x[u][j].x)), a.y = __fadd_rn(a.y, __fmul_rn(p[j], x[u][j].y));
+                a.z = __fadd_rn(a.z, __fmul_rn(p[j], x[u][j].z)), a.w = __fadd_rn(a.w, __fmul_rn(p[j], x[u][j].w));
+            }
+            if (rb) a = make_float4(dev::round_bf16(a.x), dev::round_bf16(a.y), dev::round_bf16(a.z), dev::round_bf16(a.w));
+            v[u] = threadIdx.x + u * VEC_THREADS < dim4 ? a : make_float4(0, 0, 0, 0);
+        }
+    }
 #pragma unroll
     for (int u = 0; u < VEC_PER; u++) {
         const int i = threadIdx.x + u * VEC_THREADS;
-        float4 a = make_float4(0, 0, 0, 0);
-        if (i < dim4 && hc == 0) {  // rms_norm_split: the row itself
-            a = X[size_t(s) * dim4 + i];
-        } else if (i < dim4) {
-#pragma unroll
-            for (int j = 0; j < MAX_HC; j++) {
-                if (j >= hc) break;
-                const float4 x = X[(size_t(s) * hc + j) * dim4 + i];
-                a.x = __fadd_rn(a.x, __fmul_rn(p[j], x.x)), a.y = __fadd_rn(a.y, __fmul_rn(p[j], x.y));
-                a.z = __fadd_rn(a.z, __fmul_rn(p[j], x.z)), a.w = __fadd_rn(a.w, __fmul_rn(p[j], x.w));
-            }
-            if (rb) a = make_float4(dev::round_bf16(a.x), dev::round_bf16(a.y), dev::round_bf16(a.z), dev::round_bf16(a.w));
-        }
-        v[u] = a;
         g[u] = (w && i < dim4) ? w[i] : make_float4(1, 1, 1, 1);
     }
     const float inv = rms_inv(v, dim4, eps);
@@ -101,10 +120,10 @@ Status check(const float *X, int64_t S, int hc, int64_t D, const float *w, const
 
 Status launch(const float *X, const float *pre, int64_t S, int hc, int64_t D, bool round_bf16, const float *w, float eps,
               float *y, const gemv_split *split, int act_block, cudaStream_t stream) {
-    (void)launch_pdl(collapse_norm_kernel, unsigned(S), VEC_THREADS, 0, stream, reinterpret_cast<const float4 *>(X),
-                     pre, hc, int(D / 4), round_bf16, reinterpret_cast<const float4 *>(w), eps,
-                     reinterpret_cast<float4 *>(y), split ? reinterpret_cast<uint32_t *>(split->xs) : nullptr,
-                     split ? split->sx : nullptr, act_block);
+    const auto kernel = hc == 0 ? collapse_norm_kernel<0> : hc == 4 ? collapse_norm_kernel<4> : collapse_norm_kernel<-1>;
+    (void)launch_pdl(kernel, unsigned(S), VEC_THREADS, 0, stream, reinterpret_cast<const float4 *>(X), pre, hc,
+                     int(D / 4), round_bf16, reinterpret_cast<const float4 *>(w), eps, reinterpret_cast<float4 *>(y),
+                     split ? reinterpret_cast<uint32_t *>(split->xs) : nullptr, split ? split->sx : nullptr, act_block);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }
