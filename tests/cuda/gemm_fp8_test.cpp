@@ -228,6 +228,83 @@ TEST_F(CudaGemmFp8, rows_do_not_depend_on_batch) {
         }
 }
 
+// Grouped products (a prefill's routed experts): every group's rows against the CPU reference
+// (every row), the bf16 output rounding, rows shared by two groups, empty groups, and each group's
+// bits equal to the same rows run alone as one product (rows do not depend on the other groups).
+TEST_F(CudaGemmFp8, grouped_experts) {
+    if (!cuda::gemm_fp8_kernel_usable(dev_, cuda::gemm_fp8_kernel::WGMMA)) GTEST_SKIP() << "the grouped product needs the wgmma kernel";
+    for (bool fp4 : {true, false}) {
+        const int N = 300, K = 640, act = 32;
+        const std::vector<int64_t> rows = {37, 0, 1, 130, 300};  // expert e's rows follow expert e - 1's
+        int64_t R = 0;
+        for (int64_t r : rows) R += r;
+        const std::vector<float> x = make_x(int(R), K, 21);
+        std::vector<testing_util::quant_weight> q;
+        for (size_t e = 0; e < rows.size() + 1; e++)
+            q.push_back(fp4 ? testing_util::random_mxfp4(N, K, uint32_t(31 + e)) : testing_util::random_fp8_block(N, K, 32, 32, uint32_t(31 + e)));
+        dev_buf xd(x.size() * 4);
+        cudaMemcpy(xd.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
+        std::vector<std::unique_ptr<dev_buf>> wd, sd, yd;
+        for (const auto &qq : q) {
+            wd.push_back(std::make_unique<dev_buf>(qq.w.size()));
+            sd.push_back(std::make_unique<dev_buf>(qq.scale.size()));
+            cudaMemcpy(wd.back()->p, qq.w.data(), qq.w.size(), cudaMemcpyHostToDevice);
+            cudaMemcpy(sd.back()->p, qq.scale.data(), qq.scale.size(), cudaMemcpyHostToDevice);
+        }
+        for (bool round : {false, true}) {
+            cuda::gemm_fp8_grouped_args a;
+            a.x = static_cast<const float *>(xd.p), a.R = R, a.K = K, a.act_block = act, a.N = N, a.fp4 = fp4, a.round_bf16 = round;
+            // Group e: expert e over its rows; the last group: another weight over expert 3's rows.
+            std::vector<int64_t> row0;
+            for (size_t e = 0, r0 = 0; e < rows.size(); r0 += size_t(rows[e]), e++) row0.push_back(int64_t(r0));
+            std::vector<std::pair<int64_t, int64_t>> spans;
+            for (size_t e = 0; e < rows.size(); e++) spans.push_back({row0[e], rows[e]});
+            spans.push_back({row0[3], rows[3]});
+            yd.clear();
+            for (size_t g = 0; g < spans.size(); g++) {
+                yd.push_back(std::make_unique<dev_buf>(size_t(spans[g].second) * N * 4));
+                cudaMemset(yd.back()->p, 0xff, size_t(spans[g].second) * N * 4);
+                a.groups.push_back({spans[g].first, spans[g].second, static_cast<const uint8_t *>(wd[g]->p),
+                                    static_cast<const uint8_t *>(sd[g]->p), static_cast<float *>(yd[g]->p)});
+            }
+            dev_buf ws(cuda::gemm_fp8_grouped_workspace_bytes(a));
+            const Status st = cuda::run_gemm_fp8_grouped(dev_, a, ws.p, 0);
+            ASSERT_TRUE(st.is_ok()) << st.to_string();
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            for (size_t g = 0; g < spans.size(); g++) {
+                const auto [r0, n] = spans[g];
+                if (n == 0) continue;
+                const std::string what = std::string(fp4 ? "grouped mxfp4" : "grouped fp8") + (round ? " bf16" : "") + " group " +
+                                         std::to_string(g) + " rows " + std::to_string(n);
+                std::vector<float> y(size_t(n) * N);
+                cudaMemcpy(y.data(), yd[g]->p, y.size() * 4, cudaMemcpyDeviceToHost);
+                std::vector<float> xq(x.begin() + r0 * K, x.begin() + (r0 + n) * K), ref(size_t(n) * N);
+                cpu::fake_quant_fp8_ue8m0(xq.data(), n, K, act);
+                cpu::matmul_nt(xq.data(), q[g].dequant.data(), ref.data(), n, N, K);
+                if (round) {  // within half a bf16 ulp of the unrounded product's tolerance
+                    double maxref = 0;
+                    for (float r : ref) maxref = std::max(maxref, std::fabs(double(r)));
+                    for (size_t i = 0; i < y.size(); i++) {
+                        uint32_t u;
+                        std::memcpy(&u, &y[i], 4);
+                        ASSERT_EQ(u & 0xffffu, 0u) << what << ": y[" << i << "] not a bf16 value";
+                        ASSERT_LE(std::fabs(y[i] - ref[i]), std::ldexp(std::fabs(ref[i]), -8) + 1e-4 * maxref) << what << ": y[" << i << "]";
+                    }
+                    continue;
+                }
+                std::vector<int> all(static_cast<size_t>(n), 0);
+                for (int i = 0; i < n; i++) all[size_t(i)] = i;
+                compare_rows(y, ref, all, N, what);
+                // The same rows as one product on the same kernel: the same bits.
+                spec one{fp4, int(n), N, K, 32, act};
+                one.kernel = cuda::gemm_fp8_kernel::WGMMA;
+                const std::vector<float> alone = gpu_case(dev_, one, q[g], std::vector<float>(x.begin() + r0 * K, x.begin() + (r0 + n) * K)).run();
+                EXPECT_EQ(std::memcmp(alone.data(), y.data(), y.size() * 4), 0) << what << ": differs from the rows run alone";
+            }
+        }
+    }
+}
+
 TEST_F(CudaGemmFp8, rejects_unsupported_shapes) {
     cuda::gemm_fp8_args a;
     a.M = 4, a.N = 8, a.K = 40;
@@ -240,6 +317,15 @@ TEST_F(CudaGemmFp8, rejects_unsupported_shapes) {
     EXPECT_EQ(cuda::run_gemm_fp8(dev_, a, nullptr, 0).code(), status_code::NOT_SUPPORTED);
     a.block_out = 32;  // null pointers
     EXPECT_EQ(cuda::run_gemm_fp8(dev_, a, nullptr, 0).code(), status_code::INVALID_ARGUMENT);
+    cuda::gemm_fp8_grouped_args g;  // a group's rows past x's end; a FP8 block not a power of two
+    dev_buf x(64 * 4 * 4), w(64 * 64), y(64 * 64 * 4);
+    g.x = static_cast<const float *>(x.p), g.R = 4, g.K = 64, g.N = 64;
+    g.groups.push_back({2, 3, static_cast<const uint8_t *>(w.p), static_cast<const uint8_t *>(w.p), static_cast<float *>(y.p)});
+    const status_code want = cuda::gemm_fp8_kernel_usable(dev_, cuda::gemm_fp8_kernel::WGMMA) ? status_code::INVALID_ARGUMENT
+                                                                                              : status_code::NOT_SUPPORTED;
+    EXPECT_EQ(cuda::run_gemm_fp8_grouped(dev_, g, y.p, 0).code(), want);
+    g.groups[0].row0 = 0, g.block_out = 96;
+    EXPECT_EQ(cuda::run_gemm_fp8_grouped(dev_, g, y.p, 0).code(), status_code::NOT_SUPPORTED);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -128,6 +129,44 @@ TEST_P(GpuVsCpu, PrefillAndGreedyDecode) {
     } else if (!qat) {
         EXPECT_EQ(g.greedy, c.greedy);
     }
+}
+
+// OFFICIAL prefill with the routed experts as grouped GEMMs (routed_prefill takes them from 96 rows
+// an expert; DS41RT_GROUPED_MIN_ROWS=1 makes the fixtures' few rows take them too) against the CPU
+// engine: the same greedy continuation on the QAT-free fixtures, and prompt logits as close as
+// the GEMV pieces' (another fp32 summation order, the same rounding points: both ~1e-7 here).
+TEST_P(GpuVsCpu, OfficialPrefillWithGroupedExperts) {
+    if (GetParam().mode != engine::numerics::OFFICIAL) GTEST_SKIP() << "grouped experts serve official numerics";
+    struct env_guard {
+        env_guard() { setenv("DS41RT_GROUPED_MIN_ROWS", "1", 1); }
+        ~env_guard() { unsetenv("DS41RT_GROUPED_MIN_ROWS"); }
+    } guard;
+    const fs::path dir = fs::path(DS41RT_FIXTURES_DIR) / GetParam().fixture;
+    const bool v4 = GetParam().fixture.rfind("deepseek-v4-", 0) == 0;
+    const bool qat = !v4 && GetParam().fixture.find("noqat") == std::string::npos;
+    engine::engine_options go, co;
+    go.mode = co.mode = GetParam().mode;
+    go.backend = engine::backend_kind::CUDA;
+    auto gpu = engine::engine::open(dir.string(), go);
+    if (!gpu && (gpu.status().code() == status_code::UNAVAILABLE || gpu.status().code() == status_code::NOT_SUPPORTED))
+        GTEST_SKIP() << gpu.status().to_string();
+    ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+    auto cpu = engine::engine::open(dir.string(), co);
+    ASSERT_TRUE(cpu.is_ok()) << cpu.status().to_string();
+    auto ef = io::safetensors_file::open((dir / "expected.safetensors").string());
+    ASSERT_TRUE(ef.is_ok());
+    Tensor ids = ef.value()->get("prompt.ids").value();
+    const std::vector<int32_t> prompt(ids.data<int64_t>(), ids.data<int64_t>() + ids.numel());
+    const int64_t V = cpu.value()->config().vocab_size, T = int64_t(prompt.size());
+    run_result g = run(*gpu.value(), prompt, 16), c = run(*cpu.value(), prompt, 16);
+    ASSERT_EQ(g.prefill.dim(0), T);
+    double worst = 0;
+    for (int64_t t = 0; t < T; t++)
+        worst = std::max(worst, rel_err(g.prefill.data<float>() + t * V, c.prefill.data<float>() + t * V, V));
+    std::printf("    [grouped experts vs cpu] %s official: prefill %lld positions, max rel err %.3g\n", GetParam().fixture.c_str(),
+                (long long)T, worst);
+    EXPECT_LE(worst, 1e-5);
+    if (!qat) EXPECT_EQ(g.greedy, c.greedy);
 }
 
 // Decode steps whose fixed-shape pieces replay CUDA graphs (engine/cuda step_graphs) against the

@@ -302,12 +302,18 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
         }
 }
 
+// The contract of both entry points: K a multiple of 32 and of act_block (32 or 128), FP8 scale
+// blocks multiples of 32.
+bool shape_ok(int N, int K, int act_block, bool fp4, int bo, int bi) {
+    return N > 0 && K > 0 && K % 32 == 0 && (act_block == 32 || act_block == 128) && K % act_block == 0 &&
+           (fp4 || (bo > 0 && bo % 32 == 0 && bi > 0 && bi % 32 == 0));
+}
+
 Status check(const gemm_fp8_args &a) {
     const std::string shape = "gemm_fp8: M " + std::to_string(a.M) + ", N " + std::to_string(a.N) + ", K " +
                               std::to_string(a.K) + ", act_block " + std::to_string(a.act_block) + ", block " +
                               std::to_string(a.block_out) + "x" + std::to_string(a.block_in) + (a.fp4 ? " (MXFP4)" : " (FP8)");
-    if (a.M < 0 || a.N <= 0 || a.K <= 0 || a.K % 32 != 0 || (a.act_block != 32 && a.act_block != 128) ||
-        a.K % a.act_block != 0 || (!a.fp4 && (a.block_out <= 0 || a.block_out % 32 != 0 || a.block_in <= 0 || a.block_in % 32 != 0)))
+    if (a.M < 0 || !shape_ok(a.N, a.K, a.act_block, a.fp4, a.block_out, a.block_in))
         return Status::not_supported(shape + " (K a multiple of 32 and of act_block 32 or 128; FP8 blocks multiples of 32)");
     if (int64_t(a.N) > int64_t(BN) * 65535) return Status::not_supported(shape + ": N too large for one grid");
     if (a.M == 0) return Status::ok();
@@ -319,11 +325,20 @@ Status check(const gemm_fp8_args &a) {
 
 unsigned blocks_for(int64_t threads) { return unsigned((threads + PREP_THREADS - 1) / PREP_THREADS); }
 
+// The single product as the wgmma kernel's one group.
+gemm_fp8_grouped_args as_group(const gemm_fp8_args &a) {
+    gemm_fp8_grouped_args g;
+    g.x = a.x, g.R = a.M, g.K = a.K, g.act_block = a.act_block, g.N = a.N;
+    g.fp4 = a.fp4, g.block_out = a.block_out, g.block_in = a.block_in;
+    g.groups.push_back({0, a.M, a.w, a.scale, a.y});
+    return g;
+}
+
 }  // namespace
 
 size_t gemm_fp8_workspace_bytes(const gemm_fp8_args &a) {
     if (a.M <= 0 || a.N <= 0 || a.K <= 0) return 0;
-    return std::max(layout_of(a).total, gemm_fp8_sm90::workspace_bytes(a));  // either kernel may run
+    return std::max(layout_of(a).total, gemm_fp8_sm90::workspace_bytes(as_group(a)));  // either kernel may run
 }
 
 bool gemm_fp8_kernel_usable(const device_info &dev, gemm_fp8_kernel k) {
@@ -336,13 +351,15 @@ Status run_gemm_fp8(const device_info &dev, const gemm_fp8_args &a, void *worksp
         return Status::not_supported("gemm_fp8: the wgmma kernel needs sm_90a code in this build and a cc 9.0 device (" +
                                      dev.name + " is " + std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) + ")");
     if (a.M == 0) return Status::ok();
-    const bool wgmma = a.kernel == gemm_fp8_kernel::WGMMA || (a.kernel == gemm_fp8_kernel::AUTO && gemm_fp8_sm90::usable(dev, true));
+    const bool fits = gemm_fp8_sm90::fits(as_group(a));
+    if (a.kernel == gemm_fp8_kernel::WGMMA && !fits) return Status::not_supported("gemm_fp8: a shape the wgmma kernel does not take");
+    const bool wgmma = a.kernel == gemm_fp8_kernel::WGMMA || (a.kernel == gemm_fp8_kernel::AUTO && fits && gemm_fp8_sm90::usable(dev, true));
     if (!wgmma && dev.smem_per_block_optin < SMEM_BYTES)
         return Status::not_supported("gemm_fp8: needs " + std::to_string(SMEM_BYTES) + " bytes of shared memory per block, device " +
                                      dev.name + " allows " + std::to_string(dev.smem_per_block_optin));
     if (!workspace) return Status::invalid_argument("gemm_fp8: null workspace");
     if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0) return Status::invalid_argument("gemm_fp8: workspace not 256-byte aligned");
-    if (wgmma) return gemm_fp8_sm90::run(a, workspace, stream);
+    if (wgmma) return gemm_fp8_sm90::run(as_group(a), workspace, stream);
     const layout l = layout_of(a);
     uint8_t *ws = static_cast<uint8_t *>(workspace);
     uint8_t *xq = ws + l.xq, *wq = ws + l.wq;
@@ -374,6 +391,29 @@ Status run_gemm_fp8(const device_info &dev, const gemm_fp8_args &a, void *worksp
     }
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
+}
+
+size_t gemm_fp8_grouped_workspace_bytes(const gemm_fp8_grouped_args &a) {
+    return a.N <= 0 || a.K <= 0 || a.groups.empty() ? 0 : gemm_fp8_sm90::workspace_bytes(a);
+}
+
+Status run_gemm_fp8_grouped(const device_info &dev, const gemm_fp8_grouped_args &a, void *workspace, cudaStream_t stream) {
+    const std::string shape = "gemm_fp8 grouped: " + std::to_string(a.groups.size()) + " groups, N " + std::to_string(a.N) + ", K " +
+                              std::to_string(a.K) + (a.fp4 ? " (MXFP4)" : " (FP8)");
+    if (!gemm_fp8_sm90::usable(dev, true)) return Status::not_supported(shape + ": needs the wgmma kernel (sm_90a)");
+    if (!shape_ok(a.N, a.K, a.act_block, a.fp4, a.block_out, a.block_in))
+        return Status::not_supported(shape + " (K a multiple of 32 and of act_block 32 or 128; FP8 blocks multiples of 32)");
+    if (!gemm_fp8_sm90::fits(a)) return Status::not_supported(shape + " (FP8 blocks powers of two; weights under 2^31 bytes)");
+    if (!a.x || reinterpret_cast<uintptr_t>(a.x) % 16 != 0) return Status::invalid_argument(shape + ": x null or not 16-byte aligned");
+    for (const gemm_fp8_group &g : a.groups) {
+        if (g.rows < 0 || g.row0 < 0 || g.row0 + g.rows > a.R)
+            return Status::invalid_argument(shape + ": a group's rows outside x's " + std::to_string(a.R));
+        if (g.rows > 0 && (!g.w || !g.scale || !g.y || reinterpret_cast<uintptr_t>(g.w) % 16 != 0))
+            return Status::invalid_argument(shape + ": a group's weight, scales or y null, or its weight not 16-byte aligned");
+    }
+    if (!workspace || reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
+        return Status::invalid_argument(shape + ": workspace null or not 256-byte aligned");
+    return gemm_fp8_sm90::run(a, workspace, stream);
 }
 
 }  // namespace ds41rt::backend::cuda

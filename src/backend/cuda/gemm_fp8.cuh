@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "backend/cuda/device_info.h"
 #include "core/status.h"
@@ -36,6 +37,23 @@ struct gemm_fp8_args {
     gemm_fp8_kernel kernel = gemm_fp8_kernel::AUTO;
 };
 
+// Many weights of one shape, each over its own rows of x (a prefill's routed experts: rows sorted
+// by expert, w1 and w3 over the same rows). Same numerics and invariants as gemm_fp8_args.
+struct gemm_fp8_group {
+    int64_t row0 = 0, rows = 0;  // x rows [row0, row0 + rows)
+    const uint8_t *w = nullptr, *scale = nullptr;  // as gemm_fp8_args; w 16-byte aligned
+    float *y = nullptr;                             // [rows, N]
+};
+struct gemm_fp8_grouped_args {
+    const float *x = nullptr;  // [R, K] fp32, 16-byte aligned
+    int64_t R = 0;
+    int K = 0, act_block = 32, N = 0;
+    bool fp4 = false;
+    int block_out = 32, block_in = 32;
+    bool round_bf16 = false;  // y stored rounded to bf16 (OFFICIAL's output rounding)
+    std::vector<gemm_fp8_group> groups;
+};
+
 // True when `k` can run on `dev` in this build (AUTO and MMA_SYNC always).
 bool gemm_fp8_kernel_usable(const device_info &dev, gemm_fp8_kernel k);
 
@@ -46,5 +64,11 @@ size_t gemm_fp8_workspace_bytes(const gemm_fp8_args &a);
 // NOT_SUPPORTED for shapes outside the contract above, a device without the shared memory
 // the tiles need, or a named kernel that cannot run here; INVALID_ARGUMENT for null or misaligned pointers. Graph-capturable.
 Status run_gemm_fp8(const device_info &dev, const gemm_fp8_args &a, void *workspace, cudaStream_t stream);
+
+// The grouped product, on the wgmma kernel only (NOT_SUPPORTED where it cannot run: callers keep
+// another path). Its workspace holds x's operand image and the groups' tables, copied from the
+// host by the call (no host buffer outlives it).
+size_t gemm_fp8_grouped_workspace_bytes(const gemm_fp8_grouped_args &a);
+Status run_gemm_fp8_grouped(const device_info &dev, const gemm_fp8_grouped_args &a, void *workspace, cudaStream_t stream);
 
 }  // namespace ds41rt::backend::cuda

@@ -1,43 +1,58 @@
 // Prefill GEMM on Hopper's warpgroup MMA (wgmma, sm_90a), in the official numerics of gemm_fp8.cuh:
-// y = fake_quant_fp8(x) . dequant(W)^T, fp32.
+// y = fake_quant_fp8(x) . dequant(W)^T, fp32, for one weight or a group of them (a prefill's routed
+// experts, each over its own rows).
 //
 // Why BF16 operands and not the FP8 wgmma: the E4M3 wgmma does not sum a 32-k block exactly (the
 // products are aligned and truncated to ~13 fraction bits). Measured on the H200 with per-32-k
-// scaling around m64n128k32 e4m3: 1e-4 relative error against the exact reference (mma.sync's
-// e4m3 path: 3e-8), enough to flip bf16 roundings and expert routes and to fail every official
-// fixture's prefill-vs-decode self-consistency (1e-5). Every quantized value of this model is
-// exactly a BF16 value (an E4M3 or E2M1 code times a power of two), so two pre-passes dequantize
-// x and the weight to BF16 and the GEMM is a BF16 one with fp32 accumulation: the products exact
-// and no per-block scaling left in the main loop. The
-// cost: the BF16 rate (measured 744 TFLOP/s on the H200, 58% of FP8's 1,278) and twice the
-// operand bytes.
+// scaling around m64n128k32 e4m3: 1e-4 relative error against the exact reference (mma.sync's e4m3
+// path: 3e-8), enough to flip bf16 roundings and expert routes and to fail every official fixture's
+// prefill-vs-decode self-consistency (1e-5). Every quantized value of this model is exactly a BF16
+// value (an E4M3 or E2M1 code times a power of two), so x's fake-quantized values and the weight go
+// to the tensor cores as BF16: the products exact and no per-block scaling in the MMA loop. The
+// cost: the BF16 rate (measured 744 TFLOP/s on the H200, 58% of FP8's 1,278).
 //
-// Roofline at V4.1 prefill, M = 2048: wq_b (N 32768, K 1280) 172 GFLOP, ~231 us at the BF16
-// rate; wo_b (5120 x 8192) the same; an MXFP4 expert w1 (2304 x 5120) 48 GFLOP, 65 us. Pre-passes:
-// x M * K * (4 read + 2 written) bytes, the weight N * K * (1 or 0.5 read + 2 written): wq_b's
-// 42 MB of E4M3 become 84 MB of BF16, ~30 us at the copy rate. Per 128 x 256 output tile and 64 k
-// the block reads 48 KB of tiles for 4.19 MFLOP (85 FLOP per byte from L2).
+// Shape: 384 threads, three warpgroups.
+// - x: a pre-pass writes the fake-quantized rows as BF16, tile-major (128-row tiles of 64 k) and
+//   already in the 128-byte swizzle wgmma reads (16-byte chunk c of row r at chunk c ^ (r % 8)), so
+//   a stage's x is one 16 KB bulk copy (cp.async.bulk on the stage's mbarrier).
+// - the weight, one product (IMAGE): a second pre-pass writes it dequantized as the same kind of
+//   image (256-row tiles), a 32 KB bulk copy a stage; 4 stages. Measured fastest for the dense
+//   products (wq_b 397 TFLOP/s with the pre-passes; decoding in the kernel, below: 221).
+// - the weight, a group (a layer's experts have no room for BF16 images): the loading warpgroup
+//   reads the checkpoint's bytes (FP8 or MXFP4, 256 rows x 64 k a stage: 16 or 8 KB + scales) with
+//   cp.async into a 4-stage raw ring and decodes them to BF16 into the operand stage (E2M1 -> E4M3
+//   by a byte permute, E4M3 -> f16 -> f32 by the converts, times the power-of-two scale, -> BF16:
+//   exact); 3 stages. That decode (~50 instructions per 8 weights, one warp in three) bounds it.
+// - two MMA warpgroups of 64 x 256 outputs: per stage and half of the columns, four m64n128k16
+//   wgmmas sum the stage's 64 k from zero, and the partial is added into fp32 accumulators (round
+//   to nearest; the tensor cores' own running sum truncates, which over K = 8192 drifted to 1e-5
+//   relative, measured). A warp frees a stage on its empty mbarrier once its wgmmas completed; no
+//   block-wide barrier in the loop, so one warpgroup's adds overlap the other's MMAs.
+// A block is one job: a 128-row x tile of one group against 256 weight rows.
 //
-// Shape: 384 threads. The pre-passes write both operands tile-major and already in the 128-byte
-// swizzle wgmma reads (16-byte chunk c of row r at chunk c ^ (r % 8)), so a stage is two bulk
-// copies (cp.async.bulk, 16 KB of x and 32 KB of weight) that one thread of the loading warpgroup
-// issues into a 4-stage ring, counted on the stage's mbarrier. Two MMA warpgroups of 64 x 256
-// outputs each take turns on the tensor cores: per stage and half of the columns, four
-// m64n128k16 wgmmas sum the stage's 64 k from zero, and the partial is added into the fp32
-// accumulators (round to nearest; the tensor cores' own running sum truncates, which over
-// K = 8192 drifted to 1e-5 relative, measured). A warp frees a slot on the stage's empty barrier
-// once its wgmmas completed; no block-wide barrier in the loop, so one warpgroup's adds overlap
-// the other's MMAs.
+// Roofline at V4.1 prefill, M = 2048: wq_b (N 32768, K 1280) 172 GFLOP, ~231 us at the BF16 rate;
+// wo_b (5120 x 8192) the same; an MXFP4 expert w1 (2304 x 5120) 48 GFLOP, 65 us. Bytes from L2 per
+// 128 x 256 tile and 64 k: 16 KB of x and 32 KB of BF16 weight (IMAGE: 85 FLOP per byte) or 16 KB
+// FP8 / 8 KB MXFP4 (groups: 131 to 175) for 4.19 MFLOP. Pre-passes: x M K (4 read + 2 written)
+// bytes, the weight image N K (1 or 0.5 read + 2 written): wq_b's 42 MB of E4M3 become 84 MB of
+// BF16, ~30 us at the copy rate. A routed expert of tens of rows is bound by the decode of its
+// weights instead, once per 128 of its rows.
 //
-// Invariants: every output sums its 64-k partials in increasing k, so row m's bits do not depend
-// on M (batch invariance); no split K. Padding to 128 / 256 / 64 with zeros.
-// Test: tests/cuda/gemm_fp8_test.cpp (rel err <= 1e-5 against the CPU reference, NaN poison,
-// batch invariance, on both kernels).
+// Invariants: every output sums its 64-k partials in increasing k, so row m's bits do not depend on
+// M or on the other groups (batch invariance); no split K. Rows past a group's end are zeros in x
+// and never stored; weight rows past N and k past K are zeros.
+// Test: tests/cuda/gemm_fp8_test.cpp (rel err <= 1e-5 against the CPU reference, NaN poison, batch
+// invariance, groups, on both kernels).
 #include "backend/cuda/gemm_fp8_sm90.cuh"
+
+#include <cuda_fp16.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <utility>
+#include <vector>
 
 #include "backend/cuda/block_quant.cuh"
 #include "backend/cuda/cuda_status.h"
@@ -54,49 +69,96 @@ namespace ds41rt::backend::cuda::gemm_fp8_sm90 {
 namespace {
 
 constexpr int BM = 128, BN = 256, BK = 64;  // BK BF16 = one 128-byte swizzle row
-constexpr int CONSUMERS = 256, THREADS = CONSUMERS + 128;  // two warpgroups of MMA, one of loading
-constexpr int STAGES = 4, PREP_THREADS = 256;
+constexpr int CONSUMERS = 256, LOADERS = 128, THREADS = CONSUMERS + LOADERS;
+constexpr int PREP_THREADS = 256;
 constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
-constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 2 * STAGES * 8 + 1024;  // ring, its barriers, 1024 alignment slack
+// A raw stage: the weight's bytes (item i of 8 k at 8i, FP8; 4i, MXFP4), then two scale words a row.
+constexpr int ITEMS = BN * BK / 8, ITEMS_PER_THREAD = ITEMS / LOADERS;
+constexpr int RAW_DATA = BN * BK, RAW_BYTES = RAW_DATA + BN * 2 * 4;
+// Where the weight operand comes from: a BF16 image written by a pre-pass (one weight: the fastest,
+// two bulk copies a stage), or the checkpoint's FP8 / MXFP4 bytes decoded by the loading warpgroup
+// (groups: the experts of a layer have no room for BF16 images).
+enum mode { IMAGE, FP8_BYTES, FP4_BYTES };
+template <int MODE>
+struct ring {
+    static constexpr int stages = MODE == IMAGE ? 4 : 3, raw = MODE == IMAGE ? 0 : 4;
+    static constexpr int smem = stages * STAGE_BYTES + raw * RAW_BYTES + 2 * stages * 8 + 1024;  // + 1024 alignment slack
+};
+constexpr int SMEM_BYTES = ring<IMAGE>::smem > ring<FP8_BYTES>::smem ? ring<IMAGE>::smem : ring<FP8_BYTES>::smem;
 static_assert(STAGE_BYTES % 1024 == 0 && A_BYTES % 1024 == 0, "swizzle atoms 1024-byte aligned");
+static_assert(ITEMS % LOADERS == 0 && BN * 2 % LOADERS == 0, "loads split evenly");
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-struct layout {
-    int64_t mp, np, kp;
-    size_t xb, wb, total;  // byte offsets of the BF16 x [Mp, Kp] and weight [Np, Kp]
+struct x_tile {  // a 128-row tile of x's operand image: rows [row0, row0 + rows) of x
+    int64_t row0;
+    int32_t rows, pad;
+};
+struct job {  // a block's rows: x tile xt, times weight (w, scale), into y [rows, N]
+    const uint8_t *w, *scale;
+    float *y;
+    int32_t xt, rows;
+};
+struct params {
+    const uint8_t *xi;  // x's operand image: [tiles][Kp / 64][128 x 128 bytes]
+    const uint8_t *wi;  // IMAGE: the weight's operand image, [Np / 256][Kp / 64][256 x 128 bytes]
+    const job *jobs;    // the jobs' table, or null: one group, P.one over rows [0, implicit_rows)
+    job one;
+    int64_t implicit_rows = 0;
+    int64_t kp;
+    int N, K;
+    int lbo, lbi, scols;  // FP8 scale grid: log2 of its block sizes (powers of two), its columns
+    bool round_bf16;
 };
 
-layout layout_of(const gemm_fp8_args &a) {
+// The tiles and jobs of `a`, built the same way for sizing the workspace and for running: each
+// group's rows in 128-row tiles, a tile shared by the groups that read the same rows.
+struct tables {
+    std::vector<x_tile> tiles;
+    std::vector<job> jobs;
+};
+tables tables_of(const gemm_fp8_grouped_args &a) {
+    tables t;
+    std::map<std::pair<int64_t, int64_t>, int32_t> seen;
+    for (const gemm_fp8_group &g : a.groups)
+        for (int64_t r = 0; r < g.rows; r += BM) {
+            const int32_t rows = int32_t(std::min<int64_t>(BM, g.rows - r));
+            auto [it, fresh] = seen.try_emplace({g.row0 + r, rows}, int32_t(t.tiles.size()));
+            if (fresh) t.tiles.push_back({g.row0 + r, rows, 0});
+            t.jobs.push_back({g.w, g.scale, g.y + r * a.N, it->second, rows});
+        }
+    return t;
+}
+
+struct layout {
+    int64_t kp;
+    size_t xi, tiles, jobs, total;
+};
+layout layout_of(const gemm_fp8_grouped_args &a, const tables &t) {
     layout l;
-    l.mp = round_up(a.M, BM), l.np = round_up(a.N, BN), l.kp = round_up(a.K, BK);
-    l.xb = 0;
-    l.wb = size_t(round_up(l.mp * l.kp * 2, 256));
-    l.total = l.wb + size_t(l.np * l.kp * 2);
+    l.kp = round_up(a.K, BK);
+    l.xi = 0;
+    l.tiles = round_up(int64_t(t.tiles.size()) * BM * l.kp * 2, 256);
+    l.jobs = l.tiles + size_t(round_up(int64_t(t.tiles.size() * sizeof(x_tile)), 256));
+    l.total = l.jobs + t.jobs.size() * sizeof(job);
     return l;
 }
 
-// Byte offset of element (r, k) in the tile-major, pre-swizzled image of an operand: tiles of
-// `rows` x 64 k, k tiles of a row tile consecutive, each tile exactly the shared-memory image the
-// wgmma descriptors read (128-byte rows, 16-byte chunk c of row r at chunk c ^ (r % 8)), so one
-// bulk copy moves a tile. kt_count = Kp / 64.
-__device__ __forceinline__ int64_t tiled_offset(int64_t r, int64_t k, int rows, int64_t kt_count) {
-    const int64_t tile = (r / rows) * kt_count + k / BK;
-    const int rr = int(r % rows), kk = int(k % BK);
-    return (tile * rows + rr) * 128 + ((((kk >> 3) ^ rr) & 7) << 4) + (kk & 7) * 2;
-}
-
 // x -> its fake-quantized values (E4M3 code times the block's power-of-two scale, the CPU
-// quantizer's operations) as BF16, exact, in the tiled image; zeros in the padding. One thread per 4 channels; the
-// act_block / 4 lanes of a block agree on its amax by shuffles. Bytes: M K 4 read, Mp Kp 2 written.
-__global__ void x_bf16_kernel(const float *x, int M, int K, int64_t mp, int64_t kp, int lanes, uint8_t *xt) {
-    const int64_t per_row = kp / 4, total = mp * per_row;
+// quantizer's operations) as BF16, exact, in the operand image; zeros past a tile's rows. One
+// thread per 4 channels; the act_block / 4 lanes of a block agree on its amax by shuffles. Bytes:
+// rows K 4 read, tiles 128 Kp 2 written. No table (tiles null): rows [0, rows) in order.
+__global__ void x_image_kernel(const float *x, const x_tile *tiles, int64_t rows, int64_t n_tiles, int K, int64_t kp, int lanes,
+                               uint8_t *xi) {
+    const int64_t per_row = kp / 4, total = n_tiles * BM * per_row;
     const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (t >= total) return;  // total is a multiple of 32 (kp % 64 == 0): whole warps leave together
-    const int64_t m = t / per_row;
-    const int k = int(t % per_row) * 4;
-    const bool live = m < M && k < K;  // K % act_block == 0: a block is all live or all padding
-    const float4 v = live ? *reinterpret_cast<const float4 *>(x + m * K + k) : make_float4(0, 0, 0, 0);
+    if (t >= total)
+        return;  // total is a multiple of 32 (kp % 64 == 0): whole warps leave together
+    const int64_t row = t / per_row, tile = row / BM;
+    const int r = int(row % BM), k = int(t % per_row) * 4;
+    const x_tile T = tiles ? tiles[tile] : x_tile{tile * BM, int32_t(rows - tile * BM < BM ? rows - tile * BM : BM), 0};
+    const bool live = r < T.rows && k < K;  // K % act_block == 0: a block is all live or all padding
+    const float4 v = live ? *reinterpret_cast<const float4 *>(x + (T.row0 + r) * K + k) : make_float4(0, 0, 0, 0);
     const float amax = dev::block_amax(v, lanes);
     uint2 o = make_uint2(0, 0);
     if (live) {
@@ -107,13 +169,16 @@ __global__ void x_bf16_kernel(const float *x, int M, int K, int64_t mp, int64_t 
         };
         o.x = q(v.x) | q(v.y) << 16, o.y = q(v.z) | q(v.w) << 16;
     }
-    *reinterpret_cast<uint2 *>(xt + tiled_offset(m, k, BM, kp / BK)) = o;
+    const int kk = k % BK;
+    *reinterpret_cast<uint2 *>(xi + ((tile * (kp / BK) + k / BK) * BM + r) * 128 + ((((kk >> 3) ^ r) & 7) << 4) + (kk & 7) * 2) =
+        o;
 }
 
-// The weight dequantized to BF16 (exact: a code times a power of two) in the tiled image, zeros
-// in the padding; 8 k (one 16-byte chunk) per thread. Bytes: N K (1 FP8, 0.5 MXFP4) read + N K / 32 scales, Np Kp 2 written.
-__global__ void w_bf16_kernel(const uint8_t *w, const uint8_t *scale, bool fp4, int N, int K, int bo, int bi, int64_t np,
-                              int64_t kp, uint8_t *wt) {
+// One weight dequantized to BF16 (exact: a code times a power of two) as the operand image of
+// 256-row tiles (the layout x_image_kernel writes), zeros in the padding; 8 k (one 16-byte chunk)
+// per thread. Bytes: N K (1 FP8, 0.5 MXFP4) + N K / 32 scales read, Np Kp 2 written.
+__global__ void w_image_kernel(const uint8_t *w, const uint8_t *scale, bool fp4, int N, int K, int bo, int bi, int64_t np,
+                               int64_t kp, uint8_t *wi) {
     const int64_t per_row = kp / 8;
     const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= np * per_row) return;
@@ -134,15 +199,11 @@ __global__ void w_bf16_kernel(const uint8_t *w, const uint8_t *scale, bool fp4, 
         }
         for (int i = 0; i < 4; i++) o[i] = uint32_t(dev::bf16_bits(v[2 * i])) | uint32_t(dev::bf16_bits(v[2 * i + 1])) << 16;
     }
-    *reinterpret_cast<uint4 *>(wt + tiled_offset(n, k, BN, kp / BK)) = make_uint4(o[0], o[1], o[2], o[3]);
+    const int64_t tile = n / BN;
+    const int r = int(n % BN), kk = k % BK;
+    *reinterpret_cast<uint4 *>(wi + ((tile * (kp / BK) + k / BK) * BN + r) * 128 + ((((kk >> 3) ^ r) & 7) << 4)) =
+        make_uint4(o[0], o[1], o[2], o[3]);
 }
-
-struct job {
-    const uint8_t *xt, *wt;  // tiled BF16 images of x (BM-row tiles) and the weight (BN-row tiles)
-    int64_t kp;
-    float *y;
-    int M, N;
-};
 
 #if DS41RT_WGMMA_BODY
 
@@ -166,8 +227,16 @@ __device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
 }
 // One contiguous global -> shared copy by the copy engine, counted on `bar` by its bytes.
 __device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
+        "bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
+        "l"(src), "r"(bytes), "r"(smem_u32(bar))
+        : "memory");
+}
+// cp.async of 4 or 8 bytes; src_bytes 0 fills zeros.
+template <int BYTES>
+__device__ __forceinline__ void cp_async(void *dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(smem_u32(dst)), "l"(src), "n"(BYTES), "r"(src_bytes)
                  : "memory");
 }
 
@@ -175,7 +244,7 @@ __device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t b
 // 8-row atoms 1024 bytes apart (stride byte offset); the leading byte offset is unused in this
 // mode. Advancing k by 16 BF16 (32 bytes) inside the atom adds 2 to the start address field.
 __device__ __forceinline__ uint64_t smem_desc(const void *p) {
-    const uint32_t a = uint32_t(__cvta_generic_to_shared(p));
+    const uint32_t a = smem_u32(p);
     return uint64_t((a & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 
@@ -197,62 +266,188 @@ __device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t d
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "
+        "%30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "
+        "%46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "
+        "%62, %63"
         "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]),
+          "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
+          "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+          "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]),
+          "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),
+          "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "l"(da), "l"(db), "r"(accumulate));
 }
 
-__device__ __forceinline__ void store_pair(const job &J, int64_t m, int64_t n, float v0, float v1) {
-    if (m >= J.M || n >= J.N) return;
-    float *p = J.y + m * J.N + n;
-    if (n + 1 < J.N && reinterpret_cast<uintptr_t>(p) % 8 == 0) {
+// Two E4M3 codes (low byte first) times the power-of-two s as two BF16: exact (a NaN code stays
+// NaN).
+__device__ __forceinline__ uint32_t e4m3x2_bf16x2(uint32_t two, float s) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two & 0xffffu), __NV_E4M3);
+    const float2 f = __half22float2(__half2(h));
+    const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * s, f.y * s);
+    return *reinterpret_cast<const uint32_t *>(&b);
+}
+// Four E2M1 codes (16 bits, low nibble first) as four E4M3 codes (every E2M1 value is one): the
+// magnitudes through a byte permute of the table 0, .5, 1, 1.5, 2, 3, 4, 6, the signs moved over.
+__device__ __forceinline__ uint32_t e2m1x4_e4m3x4(uint32_t c) {
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(0x3C383000u), "r"(0x4C484440u), "r"(c & 0x7777u));
+    return r | (c & 0x8u) << 4 | (c & 0x80u) << 8 | (c & 0x800u) << 12 | (c & 0x8000u) << 16;
+}
+
+// The job of block `b`: from the table, or for a single group (no table) its b-th 128 rows.
+__device__ __forceinline__ job job_of(const params &P, int b) {
+    if (P.jobs) return P.jobs[b];
+    job j = P.one;
+    j.y += int64_t(b) * BM * P.N, j.xt = b, j.rows = min(BM, P.one.rows - b * BM);
+    return j;
+}
+
+// Offset of the scale byte of weight row n, 32-k block starting at k (offsets fit 32 bits: the host
+// refuses weights of 2^31 bytes or more).
+template <bool FP4>
+__device__ __forceinline__ uint32_t scale_offset(const params &P, uint32_t n, uint32_t k) {
+    return FP4 ? n * uint32_t(P.K / 32) + k / 32 : (n >> P.lbo) * uint32_t(P.scols) + (k >> P.lbi);
+}
+
+// The loaders' share of raw stage kt: items of 8 k (8 bytes FP8, 4 MXFP4) at rows lt / 8 + 16 i,
+// chunk lt % 8; the aligned words holding the scale bytes of rows lt / 2 + 64 i, 32-k half lt % 2.
+// Weight rows past N and k past K load zeros.
+template <bool FP4>
+__device__ __forceinline__ void load_raw(const params &P, const job &J, uint8_t *raw, int kt, uint32_t n0, int lt) {
+    const uint32_t k = uint32_t(kt * BK + (lt & 7) * 8), live_rows = uint32_t(P.N) - n0;
+    const bool k_live = k < uint32_t(P.K);
+#pragma unroll 4
+    for (int i = 0; i < ITEMS_PER_THREAD; i++) {
+        const uint32_t row = uint32_t(lt >> 3) + 16u * uint32_t(i), item = uint32_t(lt) + uint32_t(LOADERS * i);
+        const bool live = k_live && row < live_rows;
+        if constexpr (FP4)
+            cp_async<4>(raw + item * 4, J.w + (live ? (n0 + row) * uint32_t(P.K / 2) + k / 2 : 0u), live ? 4 : 0);
+        else
+            cp_async<8>(raw + item * 8, J.w + (live ? (n0 + row) * uint32_t(P.K) + k : 0u), live ? 8 : 0);
+    }
+    uint8_t *sw = raw + RAW_DATA;
+    const uint32_t ks = uint32_t(kt * BK + (lt & 1) * 32);
+#pragma unroll
+    for (int i = 0; i < BN * 2 / LOADERS; i++) {
+        const uint32_t row = uint32_t(lt >> 1) + 64u * uint32_t(i);
+        const bool live = ks < uint32_t(P.K) && row < live_rows;
+        const uintptr_t a =
+            reinterpret_cast<uintptr_t>(J.scale + (live ? scale_offset<FP4>(P, n0 + row, ks) : 0u)) & ~uintptr_t(3);
+        cp_async<4>(sw + (uint32_t(lt) + uint32_t(LOADERS * i)) * 4, reinterpret_cast<const void *>(a), live ? 4 : 0);
+    }
+}
+
+// Raw stage kt -> the B operand of the stage (BF16, swizzled), the same items as load_raw.
+template <bool FP4>
+__device__ __forceinline__ void decode_raw(const params &P, const job &J, const uint8_t *raw, uint8_t *sb, int kt, uint32_t n0,
+                                           int lt) {
+    const uint32_t *sw = reinterpret_cast<const uint32_t *>(raw + RAW_DATA);
+    const int ch = lt & 7, h = ch >> 2;
+    const uint32_t k = uint32_t(kt * BK + h * 32), base = uint32_t(reinterpret_cast<uintptr_t>(J.scale));
+#pragma unroll 4
+    for (int i = 0; i < ITEMS_PER_THREAD; i++) {
+        const uint32_t row = uint32_t(lt >> 3) + 16u * uint32_t(i), item = uint32_t(lt) + uint32_t(LOADERS * i);
+        const uint32_t shift = ((base + scale_offset<FP4>(P, n0 + row, k)) & 3u) * 8u;
+        const float s = dev::e8m0_value((sw[row * 2 + uint32_t(h)] >> shift) & 0xffu);
+        uint32_t lo, hi;  // the item's 8 E4M3 codes
+        if constexpr (FP4) {
+            const uint32_t c = *reinterpret_cast<const uint32_t *>(raw + item * 4);
+            lo = e2m1x4_e4m3x4(c & 0xffffu), hi = e2m1x4_e4m3x4(c >> 16);
+        } else {
+            const uint2 c = *reinterpret_cast<const uint2 *>(raw + item * 8);
+            lo = c.x, hi = c.y;
+        }
+        const uint4 o =
+            make_uint4(e4m3x2_bf16x2(lo, s), e4m3x2_bf16x2(lo >> 16, s), e4m3x2_bf16x2(hi, s), e4m3x2_bf16x2(hi >> 16, s));
+        *reinterpret_cast<uint4 *>(sb + row * 128 + ((uint32_t(ch) ^ (row & 7u)) << 4)) = o;
+    }
+}
+
+__device__ __forceinline__ void store_pair(const params &P, const job &J, int m, int64_t n, float v0, float v1) {
+    if (m >= J.rows || n >= P.N) return;
+    if (P.round_bf16) v0 = dev::round_bf16(v0), v1 = dev::round_bf16(v1);
+    float *p = J.y + int64_t(m) * P.N + n;
+    if (n + 1 < P.N && reinterpret_cast<uintptr_t>(p) % 8 == 0) {
         *reinterpret_cast<float2 *>(p) = make_float2(v0, v1);
     } else {
         p[0] = v0;
-        if (n + 1 < J.N) p[1] = v1;
+        if (n + 1 < P.N) p[1] = v1;
     }
 }
 
 #endif  // DS41RT_WGMMA_BODY
 
-__global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant__ job J) {
+template <int MODE>
+__global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant__ params P) {
+    constexpr bool FP4 = MODE == FP4_BYTES;
+    constexpr int STAGES = ring<MODE>::stages, RAW = ring<MODE>::raw;
 #if DS41RT_WGMMA_BODY
     extern __shared__ uint8_t smem_raw[];
-    uint8_t *smem = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-    uint64_t *full = reinterpret_cast<uint64_t *>(smem + STAGES * STAGE_BYTES), *empty = full + STAGES;
+    // Aligned by an offset on the shared array (not through an integer), so the compiler keeps
+    // every access below in the shared space (LDS / STS, not generic loads).
+    uint8_t *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+    uint8_t *raw_ring = smem + STAGES * STAGE_BYTES;
+    uint64_t *full = reinterpret_cast<uint64_t *>(raw_ring + RAW * RAW_BYTES), *empty = full + STAGES;
     const int tid = threadIdx.x, lane = tid & 31;
-    const int KT = int(J.kp / BK);
+    const int KT = int(P.kp / BK);
+    const job J = job_of(P, blockIdx.x);
+    const uint32_t n0 = blockIdx.y * uint32_t(BN);
     if (tid == 0) {
-        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], CONSUMERS / 32);
+        // full: the x copy's bytes plus an arrival from each loader once its decoded rows are
+        // stored; empty: one arrival from each MMA warp once its wgmmas on the stage completed.
+        for (int s = 0; s < STAGES; s++)
+            mbar_init(&full[s], MODE == IMAGE ? 1 : LOADERS + 1), mbar_init(&empty[s], CONSUMERS / 32);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
     // The registers go to the MMA warpgroups: 232 each for 128 accumulators, a 64-float partial and
-    // the addresses, 40 for the loaders (384 threads x 168 as launched).
-    if (tid >= CONSUMERS) {  // the loading warpgroup: one lane streams both operands' tiles through the ring
+    // the addresses, 40 for the loaders (384 threads x 168 as launched; more unrolled loads spill).
+    if (tid >= CONSUMERS) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (tid == CONSUMERS) {
-            // M tiles vary fastest: a wave covers all M tiles of a few weight column tiles, so each
-            // weight tile comes from HBM about once and x (smaller) is what L2 serves again.
-            const uint8_t *a = J.xt + int64_t(blockIdx.x) * KT * A_BYTES, *b = J.wt + int64_t(blockIdx.y) * KT * B_BYTES;
+        const int lt = tid - CONSUMERS;
+        const uint8_t *xa = P.xi + int64_t(J.xt) * KT * A_BYTES;
+        if constexpr (MODE == IMAGE) {  // one lane streams both operands' tiles
+            if (lt == 0) {
+                const uint8_t *wa = P.wi + int64_t(blockIdx.y) * KT * B_BYTES;
+                for (int kt = 0; kt < KT; kt++) {
+                    const int s = kt % STAGES;
+                    if (kt >= STAGES) mbar_wait(&empty[s], uint32_t(kt / STAGES - 1) & 1);
+                    uint8_t *st = smem + s * STAGE_BYTES;
+                    mbar_arrive_expect_tx(&full[s], STAGE_BYTES);
+                    bulk_copy(st, xa + int64_t(kt) * A_BYTES, A_BYTES, &full[s]);
+                    bulk_copy(st + A_BYTES, wa + int64_t(kt) * B_BYTES, B_BYTES, &full[s]);
+                }
+            }
+        } else {  // every loader decodes its share of the weight; one lane also copies x
+#pragma unroll
+            for (int p = 0; p < RAW - 1; p++) {
+                if (p < KT) load_raw<FP4>(P, J, raw_ring + p * RAW_BYTES, p, n0, lt);
+                asm volatile("cp.async.commit_group;" ::: "memory");
+            }
             for (int kt = 0; kt < KT; kt++) {
+                asm volatile("cp.async.wait_group %0;" ::"n"(RAW - 2) : "memory");
+                // Every loader's share of raw stage kt landed, and every loader is done decoding
+                // stage kt - 1, whose raw slot is refilled next.
+                asm volatile("bar.sync 1, %0;" ::"n"(LOADERS) : "memory");
+                if (kt + RAW - 1 < KT) load_raw<FP4>(P, J, raw_ring + ((kt + RAW - 1) % RAW) * RAW_BYTES, kt + RAW - 1, n0, lt);
+                asm volatile("cp.async.commit_group;" ::: "memory");
                 const int s = kt % STAGES;
                 if (kt >= STAGES) mbar_wait(&empty[s], uint32_t(kt / STAGES - 1) & 1);  // both warpgroups done with it
                 uint8_t *st = smem + s * STAGE_BYTES;
-                mbar_arrive_expect_tx(&full[s], STAGE_BYTES);
-                bulk_copy(st, a + int64_t(kt) * A_BYTES, A_BYTES, &full[s]);
-                bulk_copy(st + A_BYTES, b + int64_t(kt) * B_BYTES, B_BYTES, &full[s]);
+                if (lt == 0) {
+                    mbar_arrive_expect_tx(&full[s], A_BYTES);
+                    bulk_copy(st, xa + int64_t(kt) * A_BYTES, A_BYTES, &full[s]);
+                }
+                decode_raw<FP4>(P, J, raw_ring + (kt % RAW) * RAW_BYTES, st + A_BYTES, kt, n0, lt);
+                // The stores were generic-proxy writes; the wgmmas read through the async proxy.
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                mbar_arrive(&full[s]);
             }
         }
         return;
@@ -268,9 +463,8 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
         mbar_wait(&full[s], uint32_t(kt / STAGES) & 1);
         const uint8_t *st = smem + s * STAGE_BYTES;
         const uint64_t da = smem_desc(st + wg * 64 * 128);
-        // Each half of the 256 columns: the stage's 64 k summed by the tensor cores from zero,
-        // then added into acc in fp32 (round to nearest): the tensor cores' running sum
-        // truncates, and over all of K it drifted to 1e-5 relative (K 8192, measured).
+        // Each half of the 256 columns: the stage's 64 k summed by the tensor cores from zero, then
+        // added into acc in fp32.
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const uint64_t db = smem_desc(st + A_BYTES + h * 128 * 128);
@@ -284,18 +478,17 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
 #pragma unroll
             for (int i = 0; i < 64; i++) acc[64 * h + i] += part[i];
         }
-        if (lane == 0) mbar_arrive(&empty[s]);  // this warp's wgmmas on the slot are complete
+        if (lane == 0) mbar_arrive(&empty[s]);  // this warp's wgmmas on the stage are complete
     }
 
-    // Accumulator 4j + e of a thread: row 16 * warp + lane / 4 (+ 8 for e >= 2) of its
-    // warpgroup's 64, column 8j + 2 (lane % 4) + (e & 1).
-    const int64_t m0 = int64_t(blockIdx.x) * BM, n0 = int64_t(blockIdx.y) * BN;
-    const int64_t m = m0 + wg * 64 + ((tid >> 5) & 3) * 16 + (lane >> 2);
+    // Accumulator 4j + e of a thread: row 16 * warp + lane / 4 (+ 8 for e >= 2) of its warpgroup's
+    // 64, column 8j + 2 (lane % 4) + (e & 1).
+    const int m = wg * 64 + ((tid >> 5) & 3) * 16 + (lane >> 2);
 #pragma unroll
     for (int j = 0; j < 32; j++) {
         const int64_t n = n0 + 8 * j + 2 * (lane & 3);
-        store_pair(J, m, n, acc[4 * j + 0], acc[4 * j + 1]);
-        store_pair(J, m + 8, n, acc[4 * j + 2], acc[4 * j + 3]);
+        store_pair(P, J, m, n, acc[4 * j + 0], acc[4 * j + 1]);
+        store_pair(P, J, m + 8, n, acc[4 * j + 2], acc[4 * j + 3]);
     }
 #endif
 }
@@ -317,21 +510,59 @@ bool usable(const device_info &dev, bool by_default) {
 #endif
 }
 
-size_t workspace_bytes(const gemm_fp8_args &a) { return layout_of(a).total; }
+bool fits(const gemm_fp8_grouped_args &a) {
+    const auto pow2 = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
+    return (a.fp4 || (pow2(a.block_out) && pow2(a.block_in))) && int64_t(a.N) * a.K < (int64_t(1) << 31);
+}
 
-Status run(const gemm_fp8_args &a, void *workspace, cudaStream_t stream) {
-    const layout l = layout_of(a);
+// One group of rows [0, R) needs no tables (graph-capturable): its tiles and jobs are implicit.
+static bool single(const gemm_fp8_grouped_args &a) { return a.groups.size() == 1 && a.groups[0].row0 == 0; }
+
+size_t workspace_bytes(const gemm_fp8_grouped_args &a) {
+    if (single(a)) return size_t((round_up(a.groups[0].rows, BM) + round_up(a.N, BN)) * round_up(a.K, BK) * 2);
+    return layout_of(a, tables_of(a)).total;
+}
+
+Status run(const gemm_fp8_grouped_args &a, void *workspace, cudaStream_t stream) {
     uint8_t *ws = static_cast<uint8_t *>(workspace);
-    uint8_t *xt = ws + l.xb, *wt = ws + l.wb;
-    x_bf16_kernel<<<blocks_for(l.mp * l.kp / 4), PREP_THREADS, 0, stream>>>(a.x, a.M, a.K, l.mp, l.kp, a.act_block / 4, xt);
+    params P;
+    P.xi = ws, P.kp = round_up(a.K, BK);
+    P.N = a.N, P.K = a.K, P.lbo = __builtin_ctz(unsigned(a.block_out)), P.lbi = __builtin_ctz(unsigned(a.block_in));
+    P.scols = (a.K + a.block_in - 1) / a.block_in;
+    P.round_bf16 = a.round_bf16;
+    int64_t n_tiles = 0, n_jobs = 0;
+    const x_tile *tiles = nullptr;
+    if (single(a)) {
+        const gemm_fp8_group &g = a.groups[0];
+        P.jobs = nullptr, P.one = {g.w, g.scale, g.y, 0, int32_t(g.rows)};
+        n_tiles = n_jobs = (g.rows + BM - 1) / BM;
+        P.implicit_rows = g.rows;
+        uint8_t *wi = ws + n_tiles * BM * P.kp * 2;
+        const int64_t np = round_up(a.N, BN);
+        w_image_kernel<<<blocks_for(np * P.kp / 8), PREP_THREADS, 0, stream>>>(g.w, g.scale, a.fp4, a.N, a.K, a.block_out,
+                                                                               a.block_in, np, P.kp, wi);
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+        P.wi = wi;
+    } else {
+        const tables t = tables_of(a);
+        const layout l = layout_of(a, t);
+        n_tiles = int64_t(t.tiles.size()), n_jobs = int64_t(t.jobs.size());
+        // Pageable copies: staged before the call returns, so the tables may die with it.
+        DS41RT_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(ws + l.tiles, t.tiles.data(), t.tiles.size() * sizeof(x_tile), cudaMemcpyHostToDevice, stream));
+        DS41RT_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(ws + l.jobs, t.jobs.data(), t.jobs.size() * sizeof(job), cudaMemcpyHostToDevice, stream));
+        tiles = reinterpret_cast<const x_tile *>(ws + l.tiles);
+        P.jobs = reinterpret_cast<const job *>(ws + l.jobs);
+    }
+    if (n_jobs == 0) return Status::ok();
+    x_image_kernel<<<blocks_for(n_tiles * BM * P.kp / 4), PREP_THREADS, 0, stream>>>(a.x, tiles, P.implicit_rows, n_tiles, a.K,
+                                                                                     P.kp, a.act_block / 4, ws);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    w_bf16_kernel<<<blocks_for(l.np * l.kp / 8), PREP_THREADS, 0, stream>>>(a.w, a.scale, a.fp4, a.N, a.K, a.block_out,
-                                                                             a.block_in, l.np, l.kp, wt);
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    job J;
-    J.xt = xt, J.wt = wt, J.kp = l.kp, J.y = a.y, J.M = a.M, J.N = a.N;
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
-    gemm_kernel<<<dim3(unsigned(l.mp / BM), unsigned(l.np / BN)), THREADS, SMEM_BYTES, stream>>>(J);
+    const auto kernel = single(a) ? gemm_kernel<IMAGE> : a.fp4 ? gemm_kernel<FP4_BYTES> : gemm_kernel<FP8_BYTES>;
+    const int smem = single(a) ? ring<IMAGE>::smem : a.fp4 ? ring<FP4_BYTES>::smem : ring<FP8_BYTES>::smem;
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    kernel<<<dim3(unsigned(n_jobs), unsigned(round_up(a.N, BN) / BN)), THREADS, smem, stream>>>(P);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }

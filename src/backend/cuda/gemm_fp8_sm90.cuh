@@ -18,10 +18,14 @@ namespace ds41rt::backend::cuda::gemm_fp8_sm90 {
 // A/B run uses to give AUTO the mma.sync kernel).
 bool usable(const device_info &dev, bool by_default);
 
-// Workspace bytes run() needs for `a` (a checked shape).
-size_t workspace_bytes(const gemm_fp8_args &a);
+// True when the kernel takes this shape: FP8 scale blocks powers of two, every weight under 2^31
+// bytes (its offsets are 32-bit).
+bool fits(const gemm_fp8_grouped_args &a);
 
-// `a` already checked by run_gemm_fp8; workspace 256-byte aligned, workspace_bytes(a) long.
-Status run(const gemm_fp8_args &a, void *workspace, cudaStream_t stream);
+// Workspace bytes run() needs for `a` (a checked shape).
+size_t workspace_bytes(const gemm_fp8_grouped_args &a);
+
+// `a` already checked; workspace 256-byte aligned, workspace_bytes(a) long.
+Status run(const gemm_fp8_grouped_args &a, void *workspace, cudaStream_t stream);
 
 }  // namespace ds41rt::backend::cuda::gemm_fp8_sm90

@@ -105,6 +105,8 @@ public:
         return old;
     }
     bool official() const { return official_; }
+    // OFFICIAL products of more than 16 rows on backend/cuda gemm_fp8 (DS41RT_PREFILL_GEMM=0: off).
+    bool prefill_gemm() const { return prefill_gemm_; }
     bool is_dummy() const { return w_ == nullptr; }
 
     // ---- loading: the stored tensor of a catalog name on the device ----

@@ -1,11 +1,13 @@
 #include "engine/cuda/routed_prefill.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/gemm_fp8.cuh"
 #include "backend/cuda/nvfp4_gemv.cuh"
 #include "backend/cuda/swiglu.cuh"
 
@@ -44,6 +46,38 @@ Status run_nvfp4(const device_model &m, const std::vector<cuda::nvfp4_matrix> &m
         DS41RT_RETURN_IF_ERROR(cuda::run_nvfp4_gemv(p, ws.as<void>(), m.stream()));
     }
     return Status::ok();
+}
+
+// Rows an expert must average for the grouped GEMM to beat the GEMV pieces. Its loading warps
+// decode each expert's MXFP4 to BF16 once per 128 rows, and that decode bounds it: on the H200
+// (session 11, 16 V4.1 layers) the routed experts of a 2048-token prefill (48 rows an expert)
+// took 314 ms in GEMV pieces and 394 grouped; of an 8192-token one (192 rows) 1025 and 738 (V4:
+// 721 and 462).
+// DS41RT_GROUPED_MIN_ROWS overrides it (tests take the grouped path on small fixtures with 1).
+int64_t grouped_min_rows() {
+    const char *e = std::getenv("DS41RT_GROUPED_MIN_ROWS");
+    return e && *e ? std::max<int64_t>(1, std::atoll(e)) : 96;
+}
+
+// One projection of every expert (jobs of one shape) as one grouped product on the tensor cores
+// (backend/cuda gemm_fp8, official numerics, experts of grouped_min_rows() rows or more on
+// average); else, or where that kernel cannot run, the GEMV pieces (run_grouped). The same
+// numerics class either way (x fake-quantized per fp8_block_in, exact products, bf16 outputs),
+// another fp32 summation order.
+Status run_experts(const device_model &m, const std::vector<device_model::grouped_job> &jobs, const float *x, int64_t R) {
+    if (jobs.empty()) return Status::ok();
+    int64_t rows = 0;
+    for (const device_model::grouped_job &j : jobs) rows += j.M;
+    if (m.official() && m.prefill_gemm() && rows >= grouped_min_rows() * int64_t(jobs.size())) {
+        cuda::gemm_fp8_grouped_args a;
+        a.x = x, a.R = R, a.K = jobs[0].L->K, a.N = jobs[0].L->N, a.fp4 = true;
+        a.act_block = m.config().fp8_block_in, a.round_bf16 = true;
+        for (const device_model::grouped_job &j : jobs) a.groups.push_back({(j.x - x) / a.K, j.M, j.L->w, j.L->scale, j.y});
+        dtemp ws = m.temp(cuda::gemm_fp8_grouped_workspace_bytes(a));
+        const Status st = cuda::run_gemm_fp8_grouped(m.device(), a, ws.as<void>(), m.stream());
+        if (st.code() != status_code::NOT_SUPPORTED) return st;
+    }
+    return m.run_grouped(jobs, lin::FP4);
 }
 
 }  // namespace
@@ -133,10 +167,10 @@ Status routed_prefill(const device_model &m, const cuda::moe_layer &moe, const f
         down.push_back({&w2, g.f() + f * I, ye.f() + f * D, n});
     }
     DS41RT_RETURN_IF_ERROR(cuda::gather_rows(x, idx_d->as<int32_t>(), R, D, xg.f(), st));
-    DS41RT_RETURN_IF_ERROR(m.run_grouped(up, lin::FP4));
+    DS41RT_RETURN_IF_ERROR(run_experts(m, up, xg.f(), R));
     DS41RT_RETURN_IF_ERROR(
         cuda::swiglu_rows(g.f(), u.f(), after ? nullptr : w_d->f(), g.f(), R, I, moe.swiglu_limit, official, st));
-    DS41RT_RETURN_IF_ERROR(m.run_grouped(down, lin::FP4));
+    DS41RT_RETURN_IF_ERROR(run_experts(m, down, g.f(), R));
     return cuda::sum_routes(acc, ye.f(), pos_d->as<int32_t>(), after ? w_d->f() : nullptr, S, int(K), D, official, st);
 }
 

@@ -1,14 +1,16 @@
 // The routed experts of a long input (a prefill chunk) from routes planned on the host, shared by
 // the V4.1 and V4 GPU forward passes (routed_decode is the decode path, from routes on the
-// device): each expert reads its weights once per 16 of its rows, where the decode kernels would
-// read every selected expert once per 16 rows of the input, and all experts' 16-row GEMV pieces
-// share launches (device_model run_grouped: ~100 launches a layer at 2048 tokens, where running
-// one expert at a time took ~3000 and was bound by them).
+// device): in official numerics every expert's projection as one grouped GEMM on the tensor cores
+// (each expert's weights read once per 128 of its rows; sm_90a), else each expert reads its weights
+// once per 16 of its rows, where the decode kernels would read every selected expert once per 16
+// rows of the input, and all experts' 16-row GEMV pieces share launches (device_model
+// run_grouped: ~100 launches a layer at 2048 tokens, where running one expert at a time took
+// ~3000 and was bound by them).
 //
 // Numerics: every row sums its routes in increasing expert id (backend/cuda sum_routes) with the
 // rounding points of backend/cpu routed_expert_sum (bf16 expert outputs in OFFICIAL before the
 // add; the route weight before w2, or after it when the layer says so), as the decode kernels do;
-// only the GEMVs' K slicing (so fp32 summation order) differs from a decode step's.
+// only the products' fp32 summation order differs from a decode step's.
 //
 // Threads: the engine's host thread; everything is ordered on the model's stream.
 #pragma once
