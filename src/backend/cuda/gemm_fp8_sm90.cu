@@ -20,9 +20,9 @@
 //   products (wq_b 397 TFLOP/s with the pre-passes; decoding in the kernel, below: 221).
 // - the weight, a group (a layer's experts have no room for BF16 images): the loading warpgroup
 //   reads the checkpoint's bytes (FP8 or MXFP4, 256 rows x 64 k a stage: 16 or 8 KB + scales) with
-//   cp.async into a 4-stage raw ring and decodes them to BF16 into the operand stage (E2M1 -> E4M3
-//   by a byte permute, E4M3 -> f16 -> f32 by the converts, times the power-of-two scale, -> BF16:
-//   exact); 3 stages. That decode (~50 instructions per 8 weights, one warp in three) bounds it.
+//   cp.async into a 4-stage raw ring and decodes them to BF16 into the operand stage (E4M3 -> f16 ->
+//   f32 by the converts, times the power-of-two scale, -> BF16; E2M1 -> BF16 by byte permutes and a
+//   bf16x2 multiply by the scale: exact); 3 stages. That decode (one warp in three) bounds it.
 // - two MMA warpgroups of 64 x 256 outputs: per stage and half of the columns, four m64n128k16
 //   wgmmas sum the stage's 64 k from zero, and the partial is added into fp32 accumulators (round
 //   to nearest; the tensor cores' own running sum truncates, which over K = 8192 drifted to 1e-5
@@ -291,12 +291,21 @@ __device__ __forceinline__ uint32_t e4m3x2_bf16x2(uint32_t two, float s) {
     const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * s, f.y * s);
     return *reinterpret_cast<const uint32_t *>(&b);
 }
-// Four E2M1 codes (16 bits, low nibble first) as four E4M3 codes (every E2M1 value is one): the
-// magnitudes through a byte permute of the table 0, .5, 1, 1.5, 2, 3, 4, 6, the signs moved over.
-__device__ __forceinline__ uint32_t e2m1x4_e4m3x4(uint32_t c) {
-    uint32_t r;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(0x3C383000u), "r"(0x4C484440u), "r"(c & 0x7777u));
-    return r | (c & 0x8u) << 4 | (c & 0x80u) << 8 | (c & 0x800u) << 12 | (c & 0x8000u) << 16;
+// Four E2M1 codes (16 bits, low nibble first) times the power of two whose BF16 is in both halves
+// of m2, as four BF16 (two words, k order): the high and low bytes of each magnitude's BF16 (0, .5,
+// 1, 1.5, 2, 3, 4, 6) by two byte permutes, the signs into the high bytes, two permutes to pair
+// them, and one bf16x2 multiply a pair (exact: two significant bits times a power of two).
+__device__ __forceinline__ uint2 e2m1x4_bf16x4(uint32_t c, uint32_t m2) {
+    const uint32_t idx = c & 0x7777u;
+    uint32_t hi, lo, a, b;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(hi) : "r"(0x3F3F3F00u), "r"(0x40404040u), "r"(idx));
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(lo) : "r"(0xC0800000u), "r"(0xC0804000u), "r"(idx));
+    hi |= (c & 0x8u) << 4 | (c & 0x80u) << 8 | (c & 0x800u) << 12 | (c & 0x8000u) << 16;
+    asm("prmt.b32 %0, %1, %2, 0x5140;" : "=r"(a) : "r"(lo), "r"(hi));
+    asm("prmt.b32 %0, %1, %2, 0x7362;" : "=r"(b) : "r"(lo), "r"(hi));
+    asm("mul.rn.bf16x2 %0, %0, %1;" : "+r"(a) : "r"(m2));
+    asm("mul.rn.bf16x2 %0, %0, %1;" : "+r"(b) : "r"(m2));
+    return make_uint2(a, b);
 }
 
 // The job of block `b`: from the table, or for a single group (no table) its b-th 128 rows.
@@ -342,28 +351,41 @@ __device__ __forceinline__ void load_raw(const params &P, const job &J, uint8_t 
     }
 }
 
+// The scale words this loader copied for raw stage kt (its own cp.asyncs landed) -> the scale they
+// hold, in place: fp32 for FP8, for MXFP4 its BF16 in both halves (decode_raw's multiplier).
+template <bool FP4>
+__device__ __forceinline__ void decode_scales(const params &P, const job &J, uint8_t *raw, int kt, uint32_t n0, int lt) {
+    uint32_t *sw = reinterpret_cast<uint32_t *>(raw + RAW_DATA);
+    const uint32_t ks = uint32_t(kt * BK + (lt & 1) * 32), base = uint32_t(reinterpret_cast<uintptr_t>(J.scale));
+#pragma unroll
+    for (int i = 0; i < BN * 2 / LOADERS; i++) {
+        const uint32_t row = uint32_t(lt >> 1) + 64u * uint32_t(i), wi = uint32_t(lt) + uint32_t(LOADERS * i);
+        const uint32_t shift = ((base + scale_offset<FP4>(P, n0 + row, ks)) & 3u) * 8u;  // a dead row's word is 0
+        const uint32_t f = __float_as_uint(dev::e8m0_value((sw[wi] >> shift) & 0xffu));
+        sw[wi] = FP4 ? (f >> 16) * 0x10001u : f;  // a power of two's BF16 is its fp32's high half
+    }
+}
+
 // Raw stage kt -> the B operand of the stage (BF16, swizzled), the same items as load_raw.
 template <bool FP4>
 __device__ __forceinline__ void decode_raw(const params &P, const job &J, const uint8_t *raw, uint8_t *sb, int kt, uint32_t n0,
                                            int lt) {
-    const uint32_t *sw = reinterpret_cast<const uint32_t *>(raw + RAW_DATA);
+    const uint32_t *sw = reinterpret_cast<const uint32_t *>(raw + RAW_DATA);  // decode_scales' output
     const int ch = lt & 7, h = ch >> 2;
-    const uint32_t k = uint32_t(kt * BK + h * 32), base = uint32_t(reinterpret_cast<uintptr_t>(J.scale));
 #pragma unroll 4
     for (int i = 0; i < ITEMS_PER_THREAD; i++) {
         const uint32_t row = uint32_t(lt >> 3) + 16u * uint32_t(i), item = uint32_t(lt) + uint32_t(LOADERS * i);
-        const uint32_t shift = ((base + scale_offset<FP4>(P, n0 + row, k)) & 3u) * 8u;
-        const float s = dev::e8m0_value((sw[row * 2 + uint32_t(h)] >> shift) & 0xffu);
-        uint32_t lo, hi;  // the item's 8 E4M3 codes
+        const uint32_t sc = sw[row * 2 + uint32_t(h)];
+        uint4 o;
         if constexpr (FP4) {
             const uint32_t c = *reinterpret_cast<const uint32_t *>(raw + item * 4);
-            lo = e2m1x4_e4m3x4(c & 0xffffu), hi = e2m1x4_e4m3x4(c >> 16);
+            const uint2 a = e2m1x4_bf16x4(c & 0xffffu, sc), b = e2m1x4_bf16x4(c >> 16, sc);
+            o = make_uint4(a.x, a.y, b.x, b.y);
         } else {
             const uint2 c = *reinterpret_cast<const uint2 *>(raw + item * 8);
-            lo = c.x, hi = c.y;
+            const float s = __uint_as_float(sc);
+            o = make_uint4(e4m3x2_bf16x2(c.x, s), e4m3x2_bf16x2(c.x >> 16, s), e4m3x2_bf16x2(c.y, s), e4m3x2_bf16x2(c.y >> 16, s));
         }
-        const uint4 o =
-            make_uint4(e4m3x2_bf16x2(lo, s), e4m3x2_bf16x2(lo >> 16, s), e4m3x2_bf16x2(hi, s), e4m3x2_bf16x2(hi >> 16, s));
         *reinterpret_cast<uint4 *>(sb + row * 128 + ((uint32_t(ch) ^ (row & 7u)) << 4)) = o;
     }
 }
@@ -432,6 +454,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
             }
             for (int kt = 0; kt < KT; kt++) {
                 asm volatile("cp.async.wait_group %0;" ::"n"(RAW - 2) : "memory");
+                decode_scales<FP4>(P, J, raw_ring + (kt % RAW) * RAW_BYTES, kt, n0, lt);
                 // Every loader's share of raw stage kt landed, and every loader is done decoding
                 // stage kt - 1, whose raw slot is refilled next.
                 asm volatile("bar.sync 1, %0;" ::"n"(LOADERS) : "memory");

@@ -50,9 +50,9 @@ Status run_nvfp4(const device_model &m, const std::vector<cuda::nvfp4_matrix> &m
 
 // Rows an expert must average for the grouped GEMM to beat the GEMV pieces. Its loading warps
 // decode each expert's MXFP4 to BF16 once per 128 rows, and that decode bounds it: on the H200
-// (session 11, 16 V4.1 layers) the routed experts of a 2048-token prefill (48 rows an expert)
-// took 314 ms in GEMV pieces and 394 grouped; of an 8192-token one (192 rows) 1025 and 738 (V4:
-// 721 and 462).
+// (session 11, 16 layers, one run) the routed experts of a V4.1 2048-token prefill (48 rows an
+// expert) took 287 ms in GEMV pieces and 335 grouped, of an 8192-token one (192 rows) 1004 and
+// 610; V4 186 / 200 and 680 / 427.
 // DS41RT_GROUPED_MIN_ROWS overrides it (tests take the grouped path on small fixtures with 1).
 int64_t grouped_min_rows() {
     const char *e = std::getenv("DS41RT_GROUPED_MIN_ROWS");
