@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "engine/engine.h"
 #include "io/safetensors.h"
@@ -77,30 +78,49 @@ struct gpu_case {
 
 class GpuVsCpu : public ::testing::TestWithParam<gpu_case> {};
 
+// A fixture's GPU and CPU engines in one numerics mode, and its prompt. `skip` says why the GPU
+// engine cannot run here (no device, an unsupported format); failures to open are test failures.
+struct engine_pair {
+    std::unique_ptr<engine::engine> gpu, cpu;
+    std::vector<int32_t> prompt;
+    std::string skip;
+};
+
+engine_pair open_pair(const fs::path &dir, engine::numerics mode) {
+    engine_pair p;
+    engine::engine_options go, co;
+    go.mode = co.mode = mode;
+    go.backend = engine::backend_kind::CUDA;
+    auto gpu = engine::engine::open(dir.string(), go);
+    if (!gpu && (gpu.status().code() == status_code::UNAVAILABLE || gpu.status().code() == status_code::NOT_SUPPORTED)) {
+        p.skip = gpu.status().to_string();
+        return p;
+    }
+    auto cpu = engine::engine::open(dir.string(), co);
+    auto ef = io::safetensors_file::open((dir / "expected.safetensors").string());
+    EXPECT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+    EXPECT_TRUE(cpu.is_ok()) << cpu.status().to_string();
+    EXPECT_TRUE(ef.is_ok());
+    if (!gpu || !cpu || !ef) return p;
+    Tensor ids = ef.value()->get("prompt.ids").value();
+    p.prompt.assign(ids.data<int64_t>(), ids.data<int64_t>() + ids.numel());
+    p.gpu = std::move(gpu.value()), p.cpu = std::move(cpu.value());
+    return p;
+}
+
 TEST_P(GpuVsCpu, PrefillAndGreedyDecode) {
     const fs::path dir = fs::path(DS41RT_FIXTURES_DIR) / GetParam().fixture;
     const bool official = GetParam().mode == engine::numerics::OFFICIAL;
     // V4: transformers 5.24's deepseek_v4 simulates no cache quantization (v4_model.cpp, deviations 1-2).
     const bool v4 = GetParam().fixture.rfind("deepseek-v4-", 0) == 0;
     const bool qat = !v4 && GetParam().fixture.find("noqat") == std::string::npos;
-    engine::engine_options go, co;
-    go.mode = co.mode = GetParam().mode;
-    go.backend = engine::backend_kind::CUDA;
-    auto gpu = engine::engine::open(dir.string(), go);
-    if (!gpu && (gpu.status().code() == status_code::UNAVAILABLE || gpu.status().code() == status_code::NOT_SUPPORTED))
-        GTEST_SKIP() << gpu.status().to_string();
-    ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
-    auto cpu = engine::engine::open(dir.string(), co);
-    ASSERT_TRUE(cpu.is_ok()) << cpu.status().to_string();
-
-    auto ef = io::safetensors_file::open((dir / "expected.safetensors").string());
-    ASSERT_TRUE(ef.is_ok());
-    Tensor ids = ef.value()->get("prompt.ids").value();
-    const std::vector<int32_t> prompt(ids.data<int64_t>(), ids.data<int64_t>() + ids.numel());
+    engine_pair e = open_pair(dir, GetParam().mode);
+    if (!e.skip.empty()) GTEST_SKIP() << e.skip;
+    ASSERT_TRUE(e.gpu && e.cpu);
     const int steps = 16;
-    const int64_t V = cpu.value()->config().vocab_size, T = int64_t(prompt.size());
+    const int64_t V = e.cpu->config().vocab_size, T = int64_t(e.prompt.size());
 
-    run_result g = run(*gpu.value(), prompt, steps), c = run(*cpu.value(), prompt, steps);
+    run_result g = run(*e.gpu, e.prompt, steps), c = run(*e.cpu, e.prompt, steps);
     ASSERT_EQ(g.prefill.dim(0), T);
     double worst = 0;
     int64_t worst_pos = 0;
@@ -144,21 +164,11 @@ TEST_P(GpuVsCpu, OfficialPrefillWithGroupedExperts) {
     const fs::path dir = fs::path(DS41RT_FIXTURES_DIR) / GetParam().fixture;
     const bool v4 = GetParam().fixture.rfind("deepseek-v4-", 0) == 0;
     const bool qat = !v4 && GetParam().fixture.find("noqat") == std::string::npos;
-    engine::engine_options go, co;
-    go.mode = co.mode = GetParam().mode;
-    go.backend = engine::backend_kind::CUDA;
-    auto gpu = engine::engine::open(dir.string(), go);
-    if (!gpu && (gpu.status().code() == status_code::UNAVAILABLE || gpu.status().code() == status_code::NOT_SUPPORTED))
-        GTEST_SKIP() << gpu.status().to_string();
-    ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
-    auto cpu = engine::engine::open(dir.string(), co);
-    ASSERT_TRUE(cpu.is_ok()) << cpu.status().to_string();
-    auto ef = io::safetensors_file::open((dir / "expected.safetensors").string());
-    ASSERT_TRUE(ef.is_ok());
-    Tensor ids = ef.value()->get("prompt.ids").value();
-    const std::vector<int32_t> prompt(ids.data<int64_t>(), ids.data<int64_t>() + ids.numel());
-    const int64_t V = cpu.value()->config().vocab_size, T = int64_t(prompt.size());
-    run_result g = run(*gpu.value(), prompt, 16), c = run(*cpu.value(), prompt, 16);
+    engine_pair e = open_pair(dir, GetParam().mode);
+    if (!e.skip.empty()) GTEST_SKIP() << e.skip;
+    ASSERT_TRUE(e.gpu && e.cpu);
+    const int64_t V = e.cpu->config().vocab_size, T = int64_t(e.prompt.size());
+    run_result g = run(*e.gpu, e.prompt, 16), c = run(*e.cpu, e.prompt, 16);
     ASSERT_EQ(g.prefill.dim(0), T);
     double worst = 0;
     for (int64_t t = 0; t < T; t++)
