@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <tuple>
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/gemm_fp8.cuh"
@@ -86,6 +87,8 @@ public:
         cudaMemcpy(y.data(), y_.p, y.size() * 4, cudaMemcpyDeviceToHost);
         return y;
     }
+    cuda::gemm_fp8_args &args() { return a_; }
+    void size_workspace() { ws_ = std::make_unique<dev_buf>(cuda::gemm_fp8_workspace_bytes(a_)); }  // after changing args()
     double seconds_per_run(int reps) {
         cudaEvent_t e0, e1;
         cudaEventCreate(&e0), cudaEventCreate(&e1);
@@ -226,6 +229,32 @@ TEST_F(CudaGemmFp8, rows_do_not_depend_on_batch) {
                 EXPECT_EQ(std::memcmp(y.data(), y_big.data(), y.size() * 4), 0) << big.what() << ": first " << m << " rows differ";
             }
         }
+}
+
+// exact_x (official numerics' BF16 class over an FP8 weight, wo_a): x not quantized, products
+// exact from its three BF16 pieces; against matmul_nt of x itself, the same 1e-5. The wgmma
+// kernel only; the mma.sync one refuses it.
+TEST_F(CudaGemmFp8, exact_x) {
+    for (const auto &[M, N, K] : {std::tuple{17, 300, 96}, std::tuple{300, 1024, 4096}}) {
+        const auto q = testing_util::random_fp8_block(N, K, 32, 32, uint32_t(N + K));
+        const std::vector<float> x = make_x(M, K, uint32_t(M + 5));
+        spec s{false, M, N, K, 32, 32};
+        s.kernel = cuda::gemm_fp8_kernel::WGMMA;
+        gpu_case g(dev_, s, q, x);
+        g.args().exact_x = true;
+        g.size_workspace();
+        if (!cuda::gemm_fp8_kernel_usable(dev_, cuda::gemm_fp8_kernel::WGMMA)) {
+            g.args().kernel = cuda::gemm_fp8_kernel::AUTO;
+            EXPECT_EQ(cuda::run_gemm_fp8(dev_, g.args(), nullptr, 0).code(), status_code::NOT_SUPPORTED);
+            continue;
+        }
+        const std::vector<float> y = g.run();
+        std::vector<float> ref(size_t(M) * N);
+        cpu::matmul_nt(x.data(), q.dequant.data(), ref.data(), M, N, K);
+        std::vector<int> rows(static_cast<size_t>(M), 0);
+        for (int m = 0; m < M; m++) rows[size_t(m)] = m;
+        compare_rows(y, ref, rows, N, "exact x " + s.what());
+    }
 }
 
 // Grouped products (a prefill's routed experts): every group's rows against the CPU reference

@@ -329,7 +329,7 @@ unsigned blocks_for(int64_t threads) { return unsigned((threads + PREP_THREADS -
 gemm_fp8_grouped_args as_group(const gemm_fp8_args &a) {
     gemm_fp8_grouped_args g;
     g.x = a.x, g.R = a.M, g.K = a.K, g.act_block = a.act_block, g.N = a.N;
-    g.fp4 = a.fp4, g.block_out = a.block_out, g.block_in = a.block_in;
+    g.fp4 = a.fp4, g.block_out = a.block_out, g.block_in = a.block_in, g.exact_x = a.exact_x;
     g.groups.push_back({0, a.M, a.w, a.scale, a.y});
     return g;
 }
@@ -352,8 +352,10 @@ Status run_gemm_fp8(const device_info &dev, const gemm_fp8_args &a, void *worksp
                                      dev.name + " is " + std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) + ")");
     if (a.M == 0) return Status::ok();
     const bool fits = gemm_fp8_sm90::fits(as_group(a));
-    if (a.kernel == gemm_fp8_kernel::WGMMA && !fits) return Status::not_supported("gemm_fp8: a shape the wgmma kernel does not take");
+    if ((a.kernel == gemm_fp8_kernel::WGMMA || a.exact_x) && !fits)
+        return Status::not_supported("gemm_fp8: a shape the wgmma kernel does not take");
     const bool wgmma = a.kernel == gemm_fp8_kernel::WGMMA || (a.kernel == gemm_fp8_kernel::AUTO && fits && gemm_fp8_sm90::usable(dev, true));
+    if (!wgmma && a.exact_x) return Status::not_supported("gemm_fp8: exact x needs the wgmma kernel");
     if (!wgmma && dev.smem_per_block_optin < SMEM_BYTES)
         return Status::not_supported("gemm_fp8: needs " + std::to_string(SMEM_BYTES) + " bytes of shared memory per block, device " +
                                      dev.name + " allows " + std::to_string(dev.smem_per_block_optin));

@@ -35,6 +35,9 @@ struct gemm_fp8_args {
     int block_out = 32, block_in = 32;  // FP8 scale grid (V4.1 32x32, V4 128x128): multiples of 32
     float *y = nullptr;                 // [M, N]; must not alias x, w or the workspace
     gemm_fp8_kernel kernel = gemm_fp8_kernel::AUTO;
+    // x as it is, not fake-quantized (official numerics' BF16 class over an FP8 weight): the products
+    // exact from x's three BF16 pieces (hi + mid + lo). The wgmma kernel only.
+    bool exact_x = false;
 };
 
 // Many weights of one shape, each over its own rows of x (a prefill's routed experts: rows sorted
@@ -51,6 +54,7 @@ struct gemm_fp8_grouped_args {
     bool fp4 = false;
     int block_out = 32, block_in = 32;
     bool round_bf16 = false;  // y stored rounded to bf16 (OFFICIAL's output rounding)
+    bool exact_x = false;     // as gemm_fp8_args::exact_x; one group only
     std::vector<gemm_fp8_group> groups;
 };
 

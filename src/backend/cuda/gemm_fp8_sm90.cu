@@ -144,46 +144,57 @@ layout layout_of(const gemm_fp8_grouped_args &a, const tables &t) {
     return l;
 }
 
-// x -> its fake-quantized values (E4M3 code times the block's power-of-two scale, the CPU
-// quantizer's operations) as BF16, exact, in the operand image; zeros past a tile's rows. One
-// thread per 4 channels; the act_block / 4 lanes of a block agree on its amax by shuffles. Bytes:
-// rows K 4 read, tiles 128 Kp 2 written. No table (tiles null): rows [0, rows) in order.
-__global__ void x_image_kernel(const float *x, const x_tile *tiles, int64_t rows, int64_t n_tiles, int K, int64_t kp, int lanes,
-                               uint8_t *xi) {
-    const int64_t per_row = kp / 4, total = n_tiles * BM * per_row;
+// The piece of v that x_image_kernel's exact mode puts in K segment `piece`: v = hi + mid + lo
+// exactly, each a BF16 (8 significant bits each: all of an fp32's 24).
+__device__ __forceinline__ uint32_t bf16_piece(float v, int piece) {
+    const float hi = dev::round_bf16(v), r = __fsub_rn(v, hi), mid = dev::round_bf16(r);
+    return dev::bf16_bits(piece == 0 ? hi : piece == 1 ? mid : __fsub_rn(r, mid));
+}
+
+// x -> the operand image (zeros past a tile's rows). Quantized (pieces 1): its fake-quantized
+// values (E4M3 code times the block's power-of-two scale, the CPU quantizer's operations) as BF16,
+// exact; the act_block / 4 lanes of a block agree on its amax by shuffles. Exact (pieces 3): x as
+// it is, in three K segments of kseg (hi, mid, lo; gemm_fp8_args::exact_x), which the weight image
+// repeats. One thread per 4 channels. Bytes: rows K 4 read, tiles 128 Kp 2 written. No table
+// (tiles null): rows [0, rows) in order.
+__global__ void x_image_kernel(const float *x, const x_tile *tiles, int64_t rows, int64_t n_tiles, int K, int64_t kseg, int pieces,
+                               int lanes, uint8_t *xi) {
+    const int64_t kp = kseg * pieces, per_row = kp / 4, total = n_tiles * BM * per_row;
     const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (t >= total)
-        return;  // total is a multiple of 32 (kp % 64 == 0): whole warps leave together
+    if (t >= total) return;  // total is a multiple of 32 (kp % 64 == 0): whole warps leave together
     const int64_t row = t / per_row, tile = row / BM;
-    const int r = int(row % BM), k = int(t % per_row) * 4;
+    const int r = int(row % BM), kq = int(t % per_row) * 4, piece = int(kq / kseg), k = int(kq % kseg);
     const x_tile T = tiles ? tiles[tile] : x_tile{tile * BM, int32_t(rows - tile * BM < BM ? rows - tile * BM : BM), 0};
     const bool live = r < T.rows && k < K;  // K % act_block == 0: a block is all live or all padding
     const float4 v = live ? *reinterpret_cast<const float4 *>(x + (T.row0 + r) * K + k) : make_float4(0, 0, 0, 0);
-    const float amax = dev::block_amax(v, lanes);
     uint2 o = make_uint2(0, 0);
-    if (live) {
-        using dev::qkind;
-        const float s = dev::scale_of<qkind::FP8_UE8M0>(amax).s;
-        const auto q = [s](float f) {
-            return uint32_t(dev::bf16_bits(dev::value_of<qkind::FP8_UE8M0>(dev::code_of<qkind::FP8_UE8M0>(f, s), s)));
-        };
-        o.x = q(v.x) | q(v.y) << 16, o.y = q(v.z) | q(v.w) << 16;
+    if (pieces == 1) {  // uniform across the launch: every lane shuffles
+        const float amax = dev::block_amax(v, lanes);
+        if (live) {
+            using dev::qkind;
+            const float s = dev::scale_of<qkind::FP8_UE8M0>(amax).s;
+            const auto q = [s](float f) {
+                return uint32_t(dev::bf16_bits(dev::value_of<qkind::FP8_UE8M0>(dev::code_of<qkind::FP8_UE8M0>(f, s), s)));
+            };
+            o.x = q(v.x) | q(v.y) << 16, o.y = q(v.z) | q(v.w) << 16;
+        }
+    } else if (live) {
+        o.x = bf16_piece(v.x, piece) | bf16_piece(v.y, piece) << 16, o.y = bf16_piece(v.z, piece) | bf16_piece(v.w, piece) << 16;
     }
-    const int kk = k % BK;
-    *reinterpret_cast<uint2 *>(xi + ((tile * (kp / BK) + k / BK) * BM + r) * 128 + ((((kk >> 3) ^ r) & 7) << 4) + (kk & 7) * 2) =
-        o;
+    const int kk = kq % BK;
+    *reinterpret_cast<uint2 *>(xi + ((tile * (kp / BK) + kq / BK) * BM + r) * 128 + ((((kk >> 3) ^ r) & 7) << 4) + (kk & 7) * 2) = o;
 }
 
 // One weight dequantized to BF16 (exact: a code times a power of two) as the operand image of
 // 256-row tiles (the layout x_image_kernel writes), zeros in the padding; 8 k (one 16-byte chunk)
 // per thread. Bytes: N K (1 FP8, 0.5 MXFP4) + N K / 32 scales read, Np Kp 2 written.
 __global__ void w_image_kernel(const uint8_t *w, const uint8_t *scale, bool fp4, int N, int K, int bo, int bi, int64_t np,
-                               int64_t kp, uint8_t *wi) {
-    const int64_t per_row = kp / 8;
+                               int64_t kseg, int pieces, uint8_t *wi) {
+    const int64_t kp = kseg * pieces, per_row = kp / 8;
     const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= np * per_row) return;
     const int64_t n = t / per_row;
-    const int k = int(t % per_row) * 8;
+    const int kq = int(t % per_row) * 8, k = int(kq % kseg);  // the weight repeats in every K segment
     uint32_t o[4] = {0, 0, 0, 0};
     if (n < N && k < K) {  // K % 32 == 0: 8 k are all live or all padding
         float v[8];
@@ -200,8 +211,8 @@ __global__ void w_image_kernel(const uint8_t *w, const uint8_t *scale, bool fp4,
         for (int i = 0; i < 4; i++) o[i] = uint32_t(dev::bf16_bits(v[2 * i])) | uint32_t(dev::bf16_bits(v[2 * i + 1])) << 16;
     }
     const int64_t tile = n / BN;
-    const int r = int(n % BN), kk = k % BK;
-    *reinterpret_cast<uint4 *>(wi + ((tile * (kp / BK) + k / BK) * BN + r) * 128 + ((((kk >> 3) ^ r) & 7) << 4)) =
+    const int r = int(n % BN), kk = kq % BK;
+    *reinterpret_cast<uint4 *>(wi + ((tile * (kp / BK) + kq / BK) * BN + r) * 128 + ((((kk >> 3) ^ r) & 7) << 4)) =
         make_uint4(o[0], o[1], o[2], o[3]);
 }
 
@@ -533,23 +544,26 @@ bool usable(const device_info &dev, bool by_default) {
 #endif
 }
 
-bool fits(const gemm_fp8_grouped_args &a) {
-    const auto pow2 = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
-    return (a.fp4 || (pow2(a.block_out) && pow2(a.block_in))) && int64_t(a.N) * a.K < (int64_t(1) << 31);
-}
-
 // One group of rows [0, R) needs no tables (graph-capturable): its tiles and jobs are implicit.
 static bool single(const gemm_fp8_grouped_args &a) { return a.groups.size() == 1 && a.groups[0].row0 == 0; }
 
+bool fits(const gemm_fp8_grouped_args &a) {
+    const auto pow2 = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
+    return (a.fp4 || (pow2(a.block_out) && pow2(a.block_in))) && int64_t(a.N) * a.K < (int64_t(1) << 31) &&
+           (!a.exact_x || single(a));  // exact x: one product (the groups' in-kernel decode reads K once)
+}
+
 size_t workspace_bytes(const gemm_fp8_grouped_args &a) {
-    if (single(a)) return size_t((round_up(a.groups[0].rows, BM) + round_up(a.N, BN)) * round_up(a.K, BK) * 2);
+    if (single(a)) return size_t((round_up(a.groups[0].rows, BM) + round_up(a.N, BN)) * round_up(a.K, BK) * (a.exact_x ? 3 : 1) * 2);
     return layout_of(a, tables_of(a)).total;
 }
 
 Status run(const gemm_fp8_grouped_args &a, void *workspace, cudaStream_t stream) {
     uint8_t *ws = static_cast<uint8_t *>(workspace);
     params P;
-    P.xi = ws, P.kp = round_up(a.K, BK);
+    const int pieces = a.exact_x ? 3 : 1;
+    const int64_t kseg = round_up(a.K, BK);
+    P.xi = ws, P.kp = kseg * pieces;
     P.N = a.N, P.K = a.K, P.lbo = __builtin_ctz(unsigned(a.block_out)), P.lbi = __builtin_ctz(unsigned(a.block_in));
     P.scols = (a.K + a.block_in - 1) / a.block_in;
     P.round_bf16 = a.round_bf16;
@@ -563,7 +577,7 @@ Status run(const gemm_fp8_grouped_args &a, void *workspace, cudaStream_t stream)
         uint8_t *wi = ws + n_tiles * BM * P.kp * 2;
         const int64_t np = round_up(a.N, BN);
         w_image_kernel<<<blocks_for(np * P.kp / 8), PREP_THREADS, 0, stream>>>(g.w, g.scale, a.fp4, a.N, a.K, a.block_out,
-                                                                               a.block_in, np, P.kp, wi);
+                                                                               a.block_in, np, kseg, pieces, wi);
         DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
         P.wi = wi;
     } else {
@@ -580,7 +594,7 @@ Status run(const gemm_fp8_grouped_args &a, void *workspace, cudaStream_t stream)
     }
     if (n_jobs == 0) return Status::ok();
     x_image_kernel<<<blocks_for(n_tiles * BM * P.kp / 4), PREP_THREADS, 0, stream>>>(a.x, tiles, P.implicit_rows, n_tiles, a.K,
-                                                                                     P.kp, a.act_block / 4, ws);
+                                                                                     kseg, pieces, a.act_block / 4, ws);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     const auto kernel = single(a) ? gemm_kernel<IMAGE> : a.fp4 ? gemm_kernel<FP4_BYTES> : gemm_kernel<FP8_BYTES>;
     const int smem = single(a) ? ring<IMAGE>::smem : a.fp4 ? ring<FP4_BYTES>::smem : ring<FP8_BYTES>::smem;

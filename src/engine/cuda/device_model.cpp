@@ -685,16 +685,15 @@ Status device_model::run_linears(const std::vector<linear_job> &jobs, int64_t M,
     std::vector<const linear_job *> gemv_jobs;
     for (const linear_job &j : jobs) {
         const dlinear &L = *j.L;
-        if (L.k == dlinear::kind::FP8 && quant_x && M > GEMV_MAX_ROWS && prefill_gemm_) {
-            // Prefill-shaped official products on the FP8 tensor cores: the weight read once for
-            // all rows, not once per 16-row GEMV piece. Another summation order than the GEMV's
-            // (rows of a prefill and of a decode step may differ in the last fp32 bit before the
-            // bf16 rounding), the same numerics class. Not MXFP4: its E4M3 decode pre-pass costs
-            // more than it saves at the tens of rows a routed expert gets (measured on the H200
-            // with the experts run one at a time: a 2048-token V4.1 prefill's routed experts took
-            // 3.5 s with it, 0.67 s without).
+        const bool exact_x = official_ && cls == lin::BF16;  // x unquantized: on sm_90a only
+        if (L.k == dlinear::kind::FP8 && (quant_x || exact_x) && M > GEMV_MAX_ROWS && prefill_gemm_) {
+            // Prefill-shaped official products on the tensor cores: the weight read once for all
+            // rows, not once per 16-row GEMV piece. Another summation order than the GEMV's (rows
+            // of a prefill and of a decode step may differ in the last fp32 bit before the bf16
+            // rounding), the same numerics class; the BF16 class (wo_a) takes x exactly, as three
+            // BF16 pieces. Not MXFP4 here (routed_prefill groups the experts instead).
             cuda::gemm_fp8_args a;
-            a.x = j.x, a.M = int(M), a.K = L.K, a.act_block = act_block;
+            a.x = j.x, a.M = int(M), a.K = L.K, a.act_block = act_block, a.exact_x = exact_x;
             a.w = L.w, a.scale = L.scale, a.N = L.N;
             a.block_out = L.bo, a.block_in = L.bi, a.y = j.y;
             dtemp ws = temp(cuda::gemm_fp8_workspace_bytes(a));
