@@ -47,9 +47,11 @@ struct spec {
     int act_block;  // 32 (V4.1) or 128 (V4)
     cuda::gemm_fp8_kernel kernel = cuda::gemm_fp8_kernel::AUTO;
     std::string what() const {
-        const char *k = kernel == cuda::gemm_fp8_kernel::WGMMA ? "wgmma " : kernel == cuda::gemm_fp8_kernel::MMA_SYNC ? "mma " : "";
-        return std::string(k) + (fp4 ? "mxfp4" : "fp8 b" + std::to_string(block)) + " act" + std::to_string(act_block) +
-               " M" + std::to_string(M) + " N" + std::to_string(N) + " K" + std::to_string(K);
+        const char *k = kernel == cuda::gemm_fp8_kernel::WGMMA      ? "wgmma "
+                        : kernel == cuda::gemm_fp8_kernel::MMA_SYNC ? "mma "
+                                                                    : "";
+        return std::string(k) + (fp4 ? "mxfp4" : "fp8 b" + std::to_string(block)) + " act" + std::to_string(act_block) + " M" +
+               std::to_string(M) + " N" + std::to_string(N) + " K" + std::to_string(K);
     }
 };
 
@@ -191,9 +193,9 @@ TEST_F(CudaGemmFp8, small_ragged_shapes) {
     for (bool fp4 : {false, true})
         for (int M : {1, 17, 100})
             for (auto [N, K] : {std::pair{37, 64}, std::pair{300, 96}, std::pair{257, 160}}) check_each({fp4, M, N, K, 32, 32});
-    check_each({false, 17, 200, 256, 128, 128});  // V4 grid
-    check_each({true, 5, 77, 384, 32, 128});      // V4 expert blocks
-    check_each({false, 130, 513, 384, 128, 32});  // 128-grid weights with 32-channel activations
+    check_each({false, 17, 200, 256, 128, 128});   // V4 grid
+    check_each({true, 5, 77, 384, 32, 128});       // V4 expert blocks
+    check_each({false, 130, 513, 384, 128, 32});   // 128-grid weights with 32-channel activations
     check_each({false, 300, 1000, 1280, 32, 32});  // several M and N tiles, ten 128-k stages
 }
 
@@ -226,7 +228,8 @@ TEST_F(CudaGemmFp8, rows_do_not_depend_on_batch) {
                 small.kernel = k;
                 const std::vector<float> xs(x.begin(), x.begin() + size_t(m) * K);
                 const std::vector<float> y = gpu_case(dev_, small, q, xs).run();
-                EXPECT_EQ(std::memcmp(y.data(), y_big.data(), y.size() * 4), 0) << big.what() << ": first " << m << " rows differ";
+                EXPECT_EQ(std::memcmp(y.data(), y_big.data(), y.size() * 4), 0)
+                    << big.what() << ": first " << m << " rows differ";
             }
         }
 }
@@ -261,7 +264,8 @@ TEST_F(CudaGemmFp8, exact_x) {
 // (every row), the bf16 output rounding, rows shared by two groups, empty groups, and each group's
 // bits equal to the same rows run alone as one product (rows do not depend on the other groups).
 TEST_F(CudaGemmFp8, grouped_experts) {
-    if (!cuda::gemm_fp8_kernel_usable(dev_, cuda::gemm_fp8_kernel::WGMMA)) GTEST_SKIP() << "the grouped product needs the wgmma kernel";
+    if (!cuda::gemm_fp8_kernel_usable(dev_, cuda::gemm_fp8_kernel::WGMMA))
+        GTEST_SKIP() << "the grouped product needs the wgmma kernel";
     for (bool fp4 : {true, false}) {
         const int N = 300, K = 640, act = 32;
         const std::vector<int64_t> rows = {37, 0, 1, 130, 300};  // expert e's rows follow expert e - 1's
@@ -270,7 +274,8 @@ TEST_F(CudaGemmFp8, grouped_experts) {
         const std::vector<float> x = make_x(int(R), K, 21);
         std::vector<testing_util::quant_weight> q;
         for (size_t e = 0; e < rows.size() + 1; e++)
-            q.push_back(fp4 ? testing_util::random_mxfp4(N, K, uint32_t(31 + e)) : testing_util::random_fp8_block(N, K, 32, 32, uint32_t(31 + e)));
+            q.push_back(fp4 ? testing_util::random_mxfp4(N, K, uint32_t(31 + e))
+                            : testing_util::random_fp8_block(N, K, 32, 32, uint32_t(31 + e)));
         dev_buf xd(x.size() * 4);
         cudaMemcpy(xd.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
         std::vector<std::unique_ptr<dev_buf>> wd, sd, yd;
@@ -282,7 +287,8 @@ TEST_F(CudaGemmFp8, grouped_experts) {
         }
         for (bool round : {false, true}) {
             cuda::gemm_fp8_grouped_args a;
-            a.x = static_cast<const float *>(xd.p), a.R = R, a.K = K, a.act_block = act, a.N = N, a.fp4 = fp4, a.round_bf16 = round;
+            a.x = static_cast<const float *>(xd.p), a.R = R, a.K = K, a.act_block = act, a.N = N, a.fp4 = fp4,
+            a.round_bf16 = round;
             // Group e: expert e over its rows; the last group: another weight over expert 3's rows.
             std::vector<int64_t> row0;
             for (size_t e = 0, r0 = 0; e < rows.size(); r0 += size_t(rows[e]), e++) row0.push_back(int64_t(r0));
@@ -317,7 +323,8 @@ TEST_F(CudaGemmFp8, grouped_experts) {
                         uint32_t u;
                         std::memcpy(&u, &y[i], 4);
                         ASSERT_EQ(u & 0xffffu, 0u) << what << ": y[" << i << "] not a bf16 value";
-                        ASSERT_LE(std::fabs(y[i] - ref[i]), std::ldexp(std::fabs(ref[i]), -8) + 1e-4 * maxref) << what << ": y[" << i << "]";
+                        ASSERT_LE(std::fabs(y[i] - ref[i]), std::ldexp(std::fabs(ref[i]), -8) + 1e-4 * maxref)
+                            << what << ": y[" << i << "]";
                     }
                     continue;
                 }
@@ -327,7 +334,8 @@ TEST_F(CudaGemmFp8, grouped_experts) {
                 // The same rows as one product on the same kernel: the same bits.
                 spec one{fp4, int(n), N, K, 32, act};
                 one.kernel = cuda::gemm_fp8_kernel::WGMMA;
-                const std::vector<float> alone = gpu_case(dev_, one, q[g], std::vector<float>(x.begin() + r0 * K, x.begin() + (r0 + n) * K)).run();
+                const std::vector<float> alone =
+                    gpu_case(dev_, one, q[g], std::vector<float>(x.begin() + r0 * K, x.begin() + (r0 + n) * K)).run();
                 EXPECT_EQ(std::memcmp(alone.data(), y.data(), y.size() * 4), 0) << what << ": differs from the rows run alone";
             }
         }

@@ -173,8 +173,8 @@ TEST_P(GpuVsCpu, OfficialPrefillWithGroupedExperts) {
     double worst = 0;
     for (int64_t t = 0; t < T; t++)
         worst = std::max(worst, rel_err(g.prefill.data<float>() + t * V, c.prefill.data<float>() + t * V, V));
-    std::printf("    [grouped experts vs cpu] %s official: prefill %lld positions, max rel err %.3g\n", GetParam().fixture.c_str(),
-                (long long)T, worst);
+    std::printf("    [grouped experts vs cpu] %s official: prefill %lld positions, max rel err %.3g\n",
+                GetParam().fixture.c_str(), (long long)T, worst);
     EXPECT_LE(worst, 1e-5);
     if (!qat) EXPECT_EQ(g.greedy, c.greedy);
 }

@@ -12,9 +12,10 @@
 //
 // This is the portable kernel (sm_80 and up); on sm_90a run_gemm_fp8 takes gemm_fp8_sm90.cu's
 // wgmma path instead (BF16 operands, there: the E4M3 wgmma's block sums are not exact). Here the
-// per-32-k scale multiply needs each block's partial in registers, which mma.sync gives for free. Issue budget per warp per 32-k block (64 x 64 warp tile): 32 MMAs, 8 ldmatrix,
-// 128 FFMA for the scaled accumulate, plus 16 FMUL (FP8: one weight scale per 32-row group) or
-// 128 FMUL (MXFP4: a weight scale per row) for the combined scales.
+// per-32-k scale multiply needs each block's partial in registers, which mma.sync gives for free.
+// Issue budget per warp per 32-k block (64 x 64 warp tile): 32 MMAs, 8 ldmatrix, 128 FFMA for the
+// scaled accumulate, plus 16 FMUL (FP8: one weight scale per 32-row group) or 128 FMUL (MXFP4: a
+// weight scale per row) for the combined scales.
 //
 // Passes: (1) x -> E4M3 codes [Mp, Kp] + scales [Kp / 32, Mp] (the CPU quantizer's operations,
 // bit-exact; 128-blocks write their scale to each of their four 32-k slots); (2) weight scales
@@ -354,7 +355,8 @@ Status run_gemm_fp8(const device_info &dev, const gemm_fp8_args &a, void *worksp
     const bool fits = gemm_fp8_sm90::fits(as_group(a));
     if ((a.kernel == gemm_fp8_kernel::WGMMA || a.exact_x) && !fits)
         return Status::not_supported("gemm_fp8: a shape the wgmma kernel does not take");
-    const bool wgmma = a.kernel == gemm_fp8_kernel::WGMMA || (a.kernel == gemm_fp8_kernel::AUTO && fits && gemm_fp8_sm90::usable(dev, true));
+    const bool wgmma =
+        a.kernel == gemm_fp8_kernel::WGMMA || (a.kernel == gemm_fp8_kernel::AUTO && fits && gemm_fp8_sm90::usable(dev, true));
     if (!wgmma && a.exact_x) return Status::not_supported("gemm_fp8: exact x needs the wgmma kernel");
     if (!wgmma && dev.smem_per_block_optin < SMEM_BYTES)
         return Status::not_supported("gemm_fp8: needs " + std::to_string(SMEM_BYTES) + " bytes of shared memory per block, device " +
@@ -400,13 +402,14 @@ size_t gemm_fp8_grouped_workspace_bytes(const gemm_fp8_grouped_args &a) {
 }
 
 Status run_gemm_fp8_grouped(const device_info &dev, const gemm_fp8_grouped_args &a, void *workspace, cudaStream_t stream) {
-    const std::string shape = "gemm_fp8 grouped: " + std::to_string(a.groups.size()) + " groups, N " + std::to_string(a.N) + ", K " +
-                              std::to_string(a.K) + (a.fp4 ? " (MXFP4)" : " (FP8)");
+    const std::string shape = "gemm_fp8 grouped: " + std::to_string(a.groups.size()) + " groups, N " + std::to_string(a.N) +
+                              ", K " + std::to_string(a.K) + (a.fp4 ? " (MXFP4)" : " (FP8)");
     if (!gemm_fp8_sm90::usable(dev, true)) return Status::not_supported(shape + ": needs the wgmma kernel (sm_90a)");
     if (!shape_ok(a.N, a.K, a.act_block, a.fp4, a.block_out, a.block_in))
         return Status::not_supported(shape + " (K a multiple of 32 and of act_block 32 or 128; FP8 blocks multiples of 32)");
     if (!gemm_fp8_sm90::fits(a)) return Status::not_supported(shape + " (FP8 blocks powers of two; weights under 2^31 bytes)");
-    if (!a.x || reinterpret_cast<uintptr_t>(a.x) % 16 != 0) return Status::invalid_argument(shape + ": x null or not 16-byte aligned");
+    if (!a.x || reinterpret_cast<uintptr_t>(a.x) % 16 != 0)
+        return Status::invalid_argument(shape + ": x null or not 16-byte aligned");
     for (const gemm_fp8_group &g : a.groups) {
         if (g.rows < 0 || g.row0 < 0 || g.row0 + g.rows > a.R)
             return Status::invalid_argument(shape + ": a group's rows outside x's " + std::to_string(a.R));

@@ -43,9 +43,9 @@ struct gemm_fp8_args {
 // Many weights of one shape, each over its own rows of x (a prefill's routed experts: rows sorted
 // by expert, w1 and w3 over the same rows). Same numerics and invariants as gemm_fp8_args.
 struct gemm_fp8_group {
-    int64_t row0 = 0, rows = 0;  // x rows [row0, row0 + rows)
+    int64_t row0 = 0, rows = 0;                    // x rows [row0, row0 + rows)
     const uint8_t *w = nullptr, *scale = nullptr;  // as gemm_fp8_args; w 16-byte aligned
-    float *y = nullptr;                             // [rows, N]
+    float *y = nullptr;                            // [rows, N]
 };
 struct gemm_fp8_grouped_args {
     const float *x = nullptr;  // [R, K] fp32, 16-byte aligned
@@ -65,8 +65,9 @@ bool gemm_fp8_kernel_usable(const device_info &dev, gemm_fp8_kernel k);
 // dequantized x, the weight's scales or the weight decoded). No zeroing needed.
 size_t gemm_fp8_workspace_bytes(const gemm_fp8_args &a);
 
-// NOT_SUPPORTED for shapes outside the contract above, a device without the shared memory
-// the tiles need, or a named kernel that cannot run here; INVALID_ARGUMENT for null or misaligned pointers. Graph-capturable.
+// NOT_SUPPORTED for shapes outside the contract above, a device without the shared memory the
+// tiles need, or a named kernel that cannot run here; INVALID_ARGUMENT for null or misaligned
+// pointers. Graph-capturable.
 Status run_gemm_fp8(const device_info &dev, const gemm_fp8_args &a, void *workspace, cudaStream_t stream);
 
 // The grouped product, on the wgmma kernel only (NOT_SUPPORTED where it cannot run: callers keep

@@ -14,7 +14,9 @@
 // Shape: 384 threads, three warpgroups.
 // - x: a pre-pass writes the fake-quantized rows as BF16, tile-major (128-row tiles of 64 k) and
 //   already in the 128-byte swizzle wgmma reads (16-byte chunk c of row r at chunk c ^ (r % 8)), so
-//   a stage's x is one 16 KB bulk copy (cp.async.bulk on the stage's mbarrier).
+//   a stage's x is one 16 KB bulk copy (cp.async.bulk on the stage's mbarrier). With exact_x (the
+//   BF16 class: x not quantized) x's three BF16 pieces hi, mid, lo fill three K segments, against
+//   which the weight image repeats: 3x the MMA work, every product exact.
 // - the weight, one product (IMAGE): a second pre-pass writes it dequantized as the same kind of
 //   image (256-row tiles), a 32 KB bulk copy a stage; 4 stages. Measured fastest for the dense
 //   products (wq_b 397 TFLOP/s with the pre-passes; decoding in the kernel, below: 221).
@@ -157,8 +159,8 @@ __device__ __forceinline__ uint32_t bf16_piece(float v, int piece) {
 // it is, in three K segments of kseg (hi, mid, lo; gemm_fp8_args::exact_x), which the weight image
 // repeats. One thread per 4 channels. Bytes: rows K 4 read, tiles 128 Kp 2 written. No table
 // (tiles null): rows [0, rows) in order.
-__global__ void x_image_kernel(const float *x, const x_tile *tiles, int64_t rows, int64_t n_tiles, int K, int64_t kseg, int pieces,
-                               int lanes, uint8_t *xi) {
+__global__ void x_image_kernel(const float *x, const x_tile *tiles, int64_t rows, int64_t n_tiles, int K, int64_t kseg,
+                               int pieces, int lanes, uint8_t *xi) {
     const int64_t kp = kseg * pieces, per_row = kp / 4, total = n_tiles * BM * per_row;
     const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= total) return;  // total is a multiple of 32 (kp % 64 == 0): whole warps leave together
@@ -182,7 +184,8 @@ __global__ void x_image_kernel(const float *x, const x_tile *tiles, int64_t rows
         o.x = bf16_piece(v.x, piece) | bf16_piece(v.y, piece) << 16, o.y = bf16_piece(v.z, piece) | bf16_piece(v.w, piece) << 16;
     }
     const int kk = kq % BK;
-    *reinterpret_cast<uint2 *>(xi + ((tile * (kp / BK) + kq / BK) * BM + r) * 128 + ((((kk >> 3) ^ r) & 7) << 4) + (kk & 7) * 2) = o;
+    *reinterpret_cast<uint2 *>(xi + ((tile * (kp / BK) + kq / BK) * BM + r) * 128 + ((((kk >> 3) ^ r) & 7) << 4) + (kk & 7) * 2) =
+        o;
 }
 
 // One weight dequantized to BF16 (exact: a code times a power of two) as the operand image of
@@ -395,7 +398,8 @@ __device__ __forceinline__ void decode_raw(const params &P, const job &J, const 
         } else {
             const uint2 c = *reinterpret_cast<const uint2 *>(raw + item * 8);
             const float s = __uint_as_float(sc);
-            o = make_uint4(e4m3x2_bf16x2(c.x, s), e4m3x2_bf16x2(c.x >> 16, s), e4m3x2_bf16x2(c.y, s), e4m3x2_bf16x2(c.y >> 16, s));
+            o = make_uint4(e4m3x2_bf16x2(c.x, s), e4m3x2_bf16x2(c.x >> 16, s), e4m3x2_bf16x2(c.y, s),
+                           e4m3x2_bf16x2(c.y >> 16, s));
         }
         *reinterpret_cast<uint4 *>(sb + row * 128 + ((uint32_t(ch) ^ (row & 7u)) << 4)) = o;
     }
@@ -554,7 +558,8 @@ bool fits(const gemm_fp8_grouped_args &a) {
 }
 
 size_t workspace_bytes(const gemm_fp8_grouped_args &a) {
-    if (single(a)) return size_t((round_up(a.groups[0].rows, BM) + round_up(a.N, BN)) * round_up(a.K, BK) * (a.exact_x ? 3 : 1) * 2);
+    if (single(a))
+        return size_t((round_up(a.groups[0].rows, BM) + round_up(a.N, BN)) * round_up(a.K, BK) * (a.exact_x ? 3 : 1) * 2);
     return layout_of(a, tables_of(a)).total;
 }
 
