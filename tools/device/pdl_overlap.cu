@@ -16,16 +16,6 @@
 
 #include "weight_ring.cuh"
 
-#define CK(x)                                                                      \
-    do {                                                                           \
-        cudaError_t e_ = (x);                                                      \
-        if (e_ != cudaSuccess) {                                                   \
-            std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-            return 1;                                                              \
-        }                                                                          \
-    } while (0)
-
-
 // ~`iters` dependent FMAs on one block: a norm- or rope-sized kernel.
 template <bool PDL>
 __global__ void small_kernel(float *buf, int iters) {

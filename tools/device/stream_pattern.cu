@@ -15,15 +15,6 @@
 
 #include "weight_ring.cuh"
 
-#define CK(x)                                                                              \
-    do {                                                                                   \
-        cudaError_t e_ = (x);                                                              \
-        if (e_ != cudaSuccess) {                                                           \
-            std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));         \
-            return 1;                                                                      \
-        }                                                                                  \
-    } while (0)
-
 __global__ void seq_kernel(const uint4 *p, size_t n, uint32_t *out) {
     uint32_t acc = 0;
     for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {

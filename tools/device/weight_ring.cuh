@@ -1,12 +1,23 @@
 // The decode GEMV's weight access pattern (src/backend/cuda/gemv_kernel.cuh) with no arithmetic,
-// for the device probes (stream_pattern.cu, pdl_overlap.cu): a warp per 16-row tile, each stage
-// 16 rows x CHUNK bytes through a STAGES-deep cp.async ring in shared memory, each lane then
-// reading its 8 bytes per row pair from shared memory as the MMA fragments do.
+// and the error check, for the device probes (stream_pattern.cu, pdl_overlap.cu): a warp per 16-row
+// tile, each stage 16 rows x CHUNK bytes through a STAGES-deep cp.async ring in shared memory, each
+// lane then reading its 8 bytes per row pair from shared memory as the MMA fragments do.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdio>
+
+// A probe's main() returns 1 with the failing call's file, line and error.
+#define CK(x)                                                                      \
+    do {                                                                           \
+        cudaError_t e_ = (x);                                                      \
+        if (e_ != cudaSuccess) {                                                   \
+            std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+            return 1;                                                              \
+        }                                                                          \
+    } while (0)
 
 constexpr int WARPS = 4, CHUNK = 128, STAGES = 3, PITCH = CHUNK + 32;
 constexpr int RING_SMEM = WARPS * STAGES * 16 * PITCH;  // dynamic shared bytes of a 4-warp block
