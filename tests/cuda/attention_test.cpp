@@ -6,15 +6,17 @@
 // entries (OFFICIAL's window pad, dropped entries, a row whose first two 64-blocks are empty), and
 // at the lists the GPU engine builds on the QAT-free fixture (three key buffers, R 40 and 13).
 // Tolerances (scores, denominators and P.V chains are the host's, see attention.cu; what differs:
-// exp, fp64 here and glibc expf there, 6e-4 of exps an fp32 ulp apart, and at L > 64 the fp64
-// fold of per-block partials against the host's single chain):
+// exp, fp64 here and glibc expf there, 6e-4 of exps an fp32 ulp apart; at L > 64 the fp64 fold of
+// per-block partials against the host's single chain; and the fp64 tensor cores' 4-product steps
+// against the host's sequential fmas, which round differently only where a partial sum is not
+// exact in fp64: these random fp32 keys, never the official numerics' quantized ones):
 //  - TRANSFORMERS: |gpu - host| <= 1e-5 * max |host| over the row's hd outputs (1e-6 at the
 //    engine's lists; the measured figure is printed). A row with no key: exactly 0.
 //  - OFFICIAL: bf16 outputs: a value within those differences of a bf16 rounding boundary can
 //    land on the neighbour: every element equal or one bf16 ulp apart (or within 1e-5 * the row's
 //    max |host|, for values near zero), and at most 1% of them different (at most 2 of 407040 at
 //    the engine's lists; counts printed).
-//  - A row computed alone or in a batch (R = 4, and R = 16, which switches both tile shapes):
+//  - A row computed alone or in a batch (R = 4, and R = 32, which switches both tile shapes):
 //    bit-identical.
 // Outputs are poisoned with NaN before each run. The timing line is information only.
 #include <gtest/gtest.h>
@@ -320,13 +322,18 @@ TEST_F(CudaAttention, V41FixtureEngineListsMatchAttendRow) {
     }
 }
 
-TEST_F(CudaAttention, V41DecodeShapeMatchesAttendRow) {
-    const attn_case c = real_case(4, 21);
-    device_case d(c);
-    for (bool official : {false, true}) {
-        const std::string what = std::string(official ? "official" : "transformers") + " V4.1 R 4 H 64 hd 512 L 640";
-        const std::vector<float> got = run_gpu(c, d, official);
-        compare(c, got, host_reference(c, official), official, what);
+// R 4 takes the small tiles (8 x 32 scores, per-block P.V partials and the fold kernel), R 32
+// the large ones (64 x 64 scores, P.V folded in registers) on an H200.
+TEST_F(CudaAttention, V41ShapeMatchesAttendRow) {
+    for (int R : {4, 32}) {
+        const attn_case c = real_case(R, 21);
+        device_case d(c);
+        for (bool official : {false, true}) {
+            const std::string what =
+                std::string(official ? "official" : "transformers") + " V4.1 R " + std::to_string(R) + " H 64 hd 512 L 640";
+            const std::vector<float> got = run_gpu(c, d, official);
+            compare(c, got, host_reference(c, official), official, what);
+        }
     }
 }
 
@@ -347,9 +354,9 @@ TEST_F(CudaAttention, NoKeysGiveZeros) {
 }
 
 // Each row run alone (R = 1) must give the bits it gets inside a batch: R = 4 (same launch shapes
-// as R = 1 on an H200) and R = 16 (large score tiles and the in-register fold).
+// as R = 1 on an H200) and R = 32 (large score tiles and the in-register fold).
 TEST_F(CudaAttention, RowAloneEqualsRowInBatch) {
-    for (int R : {4, 16}) {
+    for (int R : {4, 32}) {
         const attn_case c = real_case(R, 41 + uint32_t(R));
         device_case d(c);
         for (bool official : {false, true}) {
@@ -384,9 +391,10 @@ TEST_F(CudaAttention, RejectsBadShapes) {
     EXPECT_EQ(cuda::run_attention(b, nullptr).code(), status_code::INVALID_ARGUMENT);  // out overlaps q
 }
 
-// Information only: the V4.1 decode shape at R 1, 4 and 16 with a caller's workspace.
-TEST_F(CudaAttention, TimingAtV41DecodeShape) {
-    for (int R : {1, 4, 16}) {
+// Information only: the V4.1 shape at decode batches (R 1, 4, 16) and a prefill chunk (R 2048)
+// with a caller's workspace; the FLOP rate counts the scores and P.V (4 R H L hd).
+TEST_F(CudaAttention, TimingAtV41Shape) {
+    for (int R : {1, 4, 16, 2048}) {
         const attn_case c = real_case(R, 61);
         device_case d(c);
         for (bool official : {false, true}) {
@@ -395,10 +403,10 @@ TEST_F(CudaAttention, TimingAtV41DecodeShape) {
             b.workspace = ws.p;
             // Every list entry counted as a distinct key row read (the test's rows repeat, so L2 helps).
             const double bytes = double(R) * c.L * c.hd * 4 + 2.0 * R * c.H * c.hd * 4;
-            testing_util::print_timing(std::string("attention ") + (official ? "official" : "transformers") + " R " +
-                                           std::to_string(R) + " H 64 hd 512 L 640 (" +
-                                           std::to_string(4.0 * R * c.H * c.L * c.hd / 1e6).substr(0, 6) + " MFLOP)",
-                                       bytes, [&] { (void)cuda::run_attention(b, nullptr); });
+            const double flop = 4.0 * R * c.H * c.L * c.hd;
+            const double us = testing_util::time_us([&] { (void)cuda::run_attention(b, nullptr); }, R > 16 ? 5 : 100);
+            std::printf("[ time ] attention %s R %d H 64 hd 512 L 640: %.2f us per call, %.1f fp64 TFLOP/s, %.0f GB/s\n",
+                        official ? "official" : "transformers", R, us, flop / us * 1e-6, bytes / us * 1e-3);
             ASSERT_EQ(cudaGetLastError(), cudaSuccess);
         }
     }

@@ -2,12 +2,14 @@
 //
 // Four launches, each with every sum in an order fixed by (L, hd) alone:
 //  1. scores: s[r, h, i] = float(fp64 sum over d = 0 .. hd-1 of q[r, h, d] * k_i[d]) * scale
-//     (-inf for nullptr entries and the pad up to whole 64-entry blocks): the host's cpu::dot
-//     exactly (fp32 products are exact in fp64 and the sum runs in the same sequential order),
-//     so the scores, and OFFICIAL's bf16 weights, are the host's bits. A block computes a tile of
-//     heads x keys from shared memory holding q and k as fp64 (converted once when staged); the
-//     inner loop is bound by shared-memory loads either way, so fp64 costs about what fp32
-//     would. The tile size follows R (small tiles so that one row still fills the GPU, large
+//     (-inf for nullptr entries and the pad up to whole 64-entry blocks), on the fp64 tensor
+//     cores (mma m8n8k4: one step adds four products of consecutive d). The products are exact
+//     in fp64, so wherever the partial sums are exact in fp64 (the official numerics' keys are
+//     fp8 / fp4 values: 4-bit significands times q's 24) any order gives the host's cpu::dot bits,
+//     and OFFICIAL's bf16 weights follow; elsewhere the step and the host's sequential fmas
+//     differ in fp64 roundings, which reach the fp32 score about once in 10^7. A block computes a
+//     tile of heads x keys from shared memory holding q and k as fp64 (converted once when
+//     staged). The tile size follows R (small tiles so that one row still fills the GPU, large
 //     tiles for big batches); it changes which thread runs a chain, never the chain.
 //  2. softmax: one warp per (r, h) turns the scores into P.V weights in place:
 //     TRANSFORMERS: m = max(sink, scores), den = exp(sink - m) + sum exp(s - m), w = exp(s - m) / den
@@ -18,14 +20,15 @@
 //     are shuffled to all lanes one at a time): a butterfly order moved den by an fp32 ulp now and
 //     then, and OFFICIAL's bf16(acc / den) can turn that into a bf16 ulp. exp is fp64 rounded
 //     once (glibc expf is within an ulp of it).
-//  3. P.V: per (row, 64-entry block, 64 heads, 32 dims), part_b[h, d] = fp64 fma chain over the
-//     block's 64 entries of w * k[d] in list order (null entries staged as zeros with weight 0).
-//     fp64 because the host sums in fp64: w * k is exact in fp64, so the chain is the host's to
-//     the bit. An fp32 chain (the first version of this kernel) rounds at every step; at hd 40,
-//     where the engine leaves the keys unquantized, a few outputs per 10^4 then crossed a bf16
-//     rounding boundary, and inside the OFFICIAL engine (bf16 and fp8 roundings downstream) one
-//     such ulp grew to 2.4e-2 in the fixture's logits. (At hd 64 the keys are fp8/fp4 values and
-//     the fp32 chain happened to be exact.)
+//  3. P.V: per (row, 64-entry block, heads, dims), part_b[h, d] = the fp64 sum over the block's
+//     64 entries of w * k[d] in list order (null entries staged as zeros with weight 0), on the
+//     fp64 tensor cores from zero, four entries a step. fp64 because the host sums in fp64: w * k
+//     is exact in fp64, so the sum is the host's chain to the bit wherever its partial sums are
+//     exact (OFFICIAL's bf16 weights times fp8 / fp4 keys), and an fp64 rounding away elsewhere.
+//     An fp32 chain (the first version of this kernel) rounds at every step; at hd 40, where the
+//     engine leaves the keys unquantized, a few outputs per 10^4 then crossed a bf16 rounding
+//     boundary, and inside the OFFICIAL engine (bf16 and fp8 roundings downstream) one such ulp
+//     grew to 2.4e-2 in the fixture's logits.
 //  4. fold: acc = 0; for each block b in order: acc = acc * rescale_b + part_b (TRANSFORMERS:
 //     acc + part_b), in fp64; out = float(acc) (TRANSFORMERS) or bf16(float(acc) / den) (OFFICIAL).
 //     With one block (L <= 64: every fixture list) this is the host's chain exactly; with more,
@@ -35,16 +38,15 @@
 // acc in registers (same operations, same bits); otherwise each block is its own CTA and its
 // part_b goes through the workspace to a fold kernel, so a single row still uses ~160 CTAs.
 //
-// Roofline (V4.1 decode: H = 64, hd = 512, L = 640 = 128 window + 512 top-k):
-//  bytes from HBM per call: keys R * L * hd * 4 (1.31 MB per row) + q and out R * H * hd * 4 * 2
-//  (0.26 MB per row); the scores, weights and partials (R * H * L * 4 * 3 + 2 * R * 10 * H * hd
-//  * 4 at small R) stay in L2. FLOPs: 2 * R * H * L * hd for the scores (fp64 FMA) and as many
-//  for P.V (fp64 FMA too), 84 MFLOP per row: 64 FLOP per HBM byte against a ~7 FLOP/byte fp64
-//  ridge, so the bound is the CUDA cores, not bandwidth: R = 16 needs 1.34 GFLOP of fp64 (40 us
-//  at the H200's 34 TFLOP/s); the shared-memory loads of these tiles cap it near that rate or
-//  below. R = 1 is ~2 us of arithmetic spread over
-//  ~160 CTAs per launch, i.e. launch- and latency-bound. Reaching the ~5 us HBM bound at R = 16
-//  needs tensor cores with split operands (hi + lo halves, as gemv.cu does for x): not done here.
+// Roofline (V4.1: H = 64, hd = 512, L = 640 = 128 window + 512 top-k):
+//  bytes from HBM per call: keys R * L * hd * 4 (1.31 MB per row, less where rows share keys in
+//  L2) + q and out R * H * hd * 4 * 2 (0.26 MB per row); the scores, weights and partials stay
+//  in L2. FLOPs: 2 * R * H * L * hd for the scores and as many for P.V, 84 MFLOP per row: 64
+//  FLOP per HBM byte against a ~14 FLOP/byte ridge for the H200's 67 TFLOP/s of fp64 tensor
+//  cores, so a prefill (R in the thousands) is bound by them: 1.25 ms per 1024 rows at peak.
+//  The large tiles read 8 fp64 fragments from shared memory per 16 mma steps of a warp (1 FLOP
+//  per shared byte, above the tensor cores' need). R = 1 is ~1.3 us of arithmetic spread over
+//  ~160 CTAs per launch, i.e. launch- and latency-bound.
 //
 // Invariants: hd % 4 == 0; q, out, the key rows and a caller's workspace 16-byte aligned; out
 // aliases neither q nor a key row. Graph-replayable when given a workspace (or after the
@@ -68,9 +70,7 @@ namespace ds41rt::backend::cuda {
 namespace {
 
 constexpr int BLK = 64;         // the reference kernel's block of list entries
-constexpr int PV_HEADS = 64;    // heads of one P.V CTA (the keys are read once per 64 heads)
-constexpr int PV_DIMS = 32;     // dims of one P.V CTA
-constexpr int PV_THREADS = 128; // 16 head slots x 8 dim quads, 4 heads x 4 dims per thread
+constexpr int PV_HEADS = 64;    // heads of either P.V tile (the keys are read once per 64 heads)
 constexpr int SOFTMAX_WARPS = 4;
 constexpr int FOLD_THREADS = 256;
 
@@ -85,10 +85,6 @@ struct dbl4 {
 __device__ __forceinline__ dbl4 load_d4(const double *p) {
     const double2 a = reinterpret_cast<const double2 *>(p)[0], b = reinterpret_cast<const double2 *>(p)[1];
     return {a.x, a.y, b.x, b.y};
-}
-__device__ __forceinline__ void store_d4(double *p, dbl4 v) {
-    reinterpret_cast<double2 *>(p)[0] = make_double2(v.x, v.y);
-    reinterpret_cast<double2 *>(p)[1] = make_double2(v.z, v.w);
 }
 
 // One step of the block fold and the final write, shared by the looping P.V kernel and the fold
@@ -108,20 +104,72 @@ __device__ __forceinline__ float4 finish4(dbl4 a, float den, bool official) {
                        finish1(a.w, den, official));
 }
 
-// Scores of HS heads x KS list entries of row blockIdx.z; each thread TH heads x TK entries.
-// Per d it does TH + TK shared loads for TH * TK fp64 FMAs. Shared rows are padded by one
-// double so the 16 entries a warp reads at one d cover the 32 banks once. The next DCH dims are
-// loaded into registers while the current ones are multiplied, so a CTA waits on memory about
-// once per chunk instead of load-then-compute (at R = 1 each SM holds only about one CTA).
-template <int HS, int KS, int TH, int TK, int DCH>
-__global__ void __launch_bounds__((HS / TH) * (KS / TK))
+// One fp64 tensor-core step (sm_80+): d += a x b for an 8 x 8 x 4 tile. Per thread (g = lane / 4,
+// t = lane % 4): a = A[g][t], b = B[t][g], d = D[g][2t], D[g][2t + 1]. The four products of a
+// step are exact in fp64 (fp32 x fp32 needs 48 bits), so a step differs from the host's four
+// sequential fmas only where their partial sums themselves round (never for the official
+// numerics' fp8 / fp4 keys times bf16 weights; a last-bit fp64 difference for arbitrary fp32).
+__device__ __forceinline__ void dmma(double (&d)[2], double a, double b) {
+    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
+                 : "+d"(d[0]), "+d"(d[1])
+                 : "d"(a), "d"(b));
+}
+
+// Two such steps sharing b (rows g of tile 0 and g + 8 of tile 1): one m16n8k4 on sm_90, whose
+// rows are the same four-product steps, so the bits match the pair of m8n8k4.
+__device__ __forceinline__ void dmma2(double (&d0)[2], double (&d1)[2], double a0, double a1, double b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+                 : "+d"(d0[0]), "+d"(d0[1]), "+d"(d1[0]), "+d"(d1[1])
+                 : "d"(a0), "d"(a1), "d"(b));
+#else
+    dmma(d0, a0, b);
+    dmma(d1, a1, b);
+#endif
+}
+
+// acc[a][b] += A_a x B_b over a warp's WM x WN tiles of 8 x 8, row tiles in pairs where WM allows.
+template <int WM, int WN>
+__device__ __forceinline__ void dmma_tiles(double (&acc)[WM][WN][2], const double (&a)[WM], const double (&b)[WN]) {
+#pragma unroll
+    for (int i = 0; i + 1 < WM; i += 2)
+#pragma unroll
+        for (int j = 0; j < WN; j++) dmma2(acc[i][j], acc[i + 1][j], a[i], a[i + 1], b[j]);
+    if constexpr (WM % 2 == 1) {
+#pragma unroll
+        for (int j = 0; j < WN; j++) dmma(acc[WM - 1][j], a[WM - 1], b[j]);
+    }
+}
+
+// Four floats as doubles into shared memory (two 16-byte stores).
+__device__ __forceinline__ void stash4(double *p, float4 v) {
+    reinterpret_cast<double2 *>(p)[0] = make_double2(v.x, v.y);
+    reinterpret_cast<double2 *>(p)[1] = make_double2(v.z, v.w);
+}
+
+// Shared-memory rows of doubles are padded to a pitch of 4 mod 16 doubles: the 16 lanes of a
+// 64-bit fragment load (rows g = 0..3 at column t, or rows t at column g) then hit 32 distinct
+// banks.
+__host__ __device__ constexpr int pitch_of(int cols) { return cols + 4; }
+
+// CTAs per SM the tile kernels are compiled for (a register cap of 65536 / (32 * warps * it)):
+// 4-warp tiles three, so that one CTA stages while the others multiply; 8-warp tiles two.
+__host__ __device__ constexpr int tile_min_blocks(int warps) { return warps == 8 ? 2 : warps == 4 ? 3 : 1; }
+
+// Scores of one (row r, HS heads, KS list entries) tile: S = Q K^T over hd on fp64 tensor cores.
+// Warp (wm, wn) of NWM x NWN holds 8 WM heads x 8 WN entries; the tile is staged DCH dims at a
+// time as fp64 (converted once), the next chunk's floats in registers while this one is used.
+// Every score is the chain of hd / 4 steps from d = 0 whatever the tile (a zero-padded step past
+// hd adds exact zeros), so its bits depend on (hd) alone, not on R or the tile chosen.
+template <int WM, int WN, int NWM, int NWN, int DCH>
+__global__ void __launch_bounds__(32 * NWM * NWN, tile_min_blocks(NWM * NWN))
     scores_kernel(const float *q, const float *const *keys, int H, int L, int hd, float scale, int Lp, float *sc) {
     pdl_enter();
-    constexpr int KX = KS / TK, HY = HS / TH, NT = KX * HY, C4 = DCH / 4;
+    constexpr int HS = 8 * WM * NWM, KS = 8 * WN * NWN, NT = 32 * NWM * NWN, P = pitch_of(DCH), C4 = DCH / 4;
     constexpr int QV = HS * C4 / NT, KV = KS * C4 / NT;  // float4 loads per thread and chunk
     static_assert(HS * C4 % NT == 0 && KS * C4 % NT == 0, "the chunk must split evenly over the threads");
-    __shared__ double q_s[HS][DCH + 1];
-    __shared__ double k_s[KS][DCH + 1];
+    extern __shared__ __align__(16) double smem_d[];
+    double *q_s = smem_d, *k_s = smem_d + HS * P;
     __shared__ const float *kp[KS];
     const int r = blockIdx.z, h0 = blockIdx.y * HS, i0 = blockIdx.x * KS, tid = threadIdx.x;
     for (int j = tid; j < KS; j += NT) kp[j] = i0 + j < L ? keys[size_t(r) * L + i0 + j] : nullptr;
@@ -130,7 +178,7 @@ __global__ void __launch_bounds__((HS / TH) * (KS / TK))
     auto fetch = [&](int d0) {
 #pragma unroll
         for (int u = 0; u < QV; u++) {
-            const int e = tid + u * NT, row = e / C4, h = h0 + row, d = d0 + 4 * (e % C4);
+            const int e = tid + u * NT, h = h0 + e / C4, d = d0 + 4 * (e % C4);
             qr[u] = (h < H && d < hd) ? load4(q + (size_t(r) * H + h) * hd + d) : zero4();
         }
 #pragma unroll
@@ -143,50 +191,48 @@ __global__ void __launch_bounds__((HS / TH) * (KS / TK))
     auto stash = [&]() {
 #pragma unroll
         for (int u = 0; u < QV; u++) {
-            const int e = tid + u * NT, row = e / C4, c = 4 * (e % C4);
-            q_s[row][c] = qr[u].x, q_s[row][c + 1] = qr[u].y, q_s[row][c + 2] = qr[u].z, q_s[row][c + 3] = qr[u].w;
+            const int e = tid + u * NT;
+            stash4(q_s + (e / C4) * P + 4 * (e % C4), qr[u]);
         }
 #pragma unroll
         for (int u = 0; u < KV; u++) {
-            const int e = tid + u * NT, row = e / C4, c = 4 * (e % C4);
-            k_s[row][c] = kr[u].x, k_s[row][c + 1] = kr[u].y, k_s[row][c + 2] = kr[u].z, k_s[row][c + 3] = kr[u].w;
+            const int e = tid + u * NT;
+            stash4(k_s + (e / C4) * P + 4 * (e % C4), kr[u]);
         }
     };
-    const int tk = tid % KX, th = tid / KX;
-    double acc[TH][TK];
+    const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int wm0 = (warp % NWM) * 8 * WM, wn0 = (warp / NWM) * 8 * WN;
+    double acc[WM][WN][2];
 #pragma unroll
-    for (int a = 0; a < TH; a++)
+    for (int a = 0; a < WM; a++)
 #pragma unroll
-        for (int b = 0; b < TK; b++) acc[a][b] = 0.0;
+        for (int b = 0; b < WN; b++) acc[a][b][0] = acc[a][b][1] = 0.0;
     fetch(0);
     for (int d0 = 0; d0 < hd; d0 += DCH) {
         stash();
         __syncthreads();
         if (d0 + DCH < hd) fetch(d0 + DCH);
-        // Dims past hd are zeros on both sides: fma(0, 0, acc) leaves acc as it is. fma equals
-        // the host's acc + product because the product of two floats is exact in fp64.
-#pragma unroll 8
-        for (int dd = 0; dd < DCH; dd++) {
-            double qa[TH], kb[TK];
 #pragma unroll
-            for (int a = 0; a < TH; a++) qa[a] = q_s[th + a * HY][dd];
+        for (int s = 0; s < DCH / 4; s++) {
+            double qa[WM], kb[WN];
 #pragma unroll
-            for (int b = 0; b < TK; b++) kb[b] = k_s[tk + b * KX][dd];
+            for (int a = 0; a < WM; a++) qa[a] = q_s[(wm0 + 8 * a + g) * P + 4 * s + t];
 #pragma unroll
-            for (int a = 0; a < TH; a++)
-#pragma unroll
-                for (int b = 0; b < TK; b++) acc[a][b] = fma(qa[a], kb[b], acc[a][b]);
+            for (int b = 0; b < WN; b++) kb[b] = k_s[(wn0 + 8 * b + g) * P + 4 * s + t];
+            dmma_tiles<WM, WN>(acc, qa, kb);
         }
         __syncthreads();
     }
 #pragma unroll
-    for (int a = 0; a < TH; a++) {
-        const int h = h0 + th + a * HY;
+    for (int a = 0; a < WM; a++) {
+        const int h = h0 + wm0 + 8 * a + g;
         if (h >= H) continue;
 #pragma unroll
-        for (int b = 0; b < TK; b++) {
-            const int j = tk + b * KX;
-            sc[(size_t(r) * H + h) * Lp + i0 + j] = kp[j] ? __fmul_rn(float(acc[a][b]), scale) : -INFINITY;
+        for (int b = 0; b < WN; b++) {
+            const int j = wn0 + 8 * b + 2 * t;
+            const float s0 = kp[j] ? __fmul_rn(float(acc[a][b][0]), scale) : -INFINITY;
+            const float s1 = kp[j + 1] ? __fmul_rn(float(acc[a][b][1]), scale) : -INFINITY;
+            *reinterpret_cast<float2 *>(sc + (size_t(r) * H + h) * Lp + i0 + j) = make_float2(s0, s1);
         }
     }
 }
@@ -252,69 +298,105 @@ __global__ void __launch_bounds__(32 * SOFTMAX_WARPS)
     if (lane == 0) den_out[rh] = den;
 }
 
-// P.V over list blocks [chunk * bper, ...) of row blockIdx.z for heads hg * 64 .. and dims
-// blockIdx.x * 32 ..: part != nullptr writes each block's part_b (bper = 1); otherwise folds
-// all blocks in registers and writes out. The tiles are staged as fp64 (converted once, not per
-// FMA): 16 KB of keys and 32 KB of weights, the static limit exactly, so the weight rows have no
-// pad; instead head hh's entry i sits at column (i + hh) % 64, which puts the 4 heads a warp
-// reads at one i in distinct banks.
-__global__ void __launch_bounds__(PV_THREADS)
-    pv_kernel(const float *const *keys, int H, int L, int hd, const float *w, int Lp, int nblk, int bper,
-              int hgroups, const float *rescale, const float *den, bool official, double *part, float *out) {
+// P.V of row blockIdx.z for HS heads from hg * HS and DS dims from blockIdx.x * DS, on fp64
+// tensor cores: part_b = W_b K_b, the chain of 16 steps over block b's 64 entries from zero,
+// whatever the tile. LOOP: all blocks, folded in registers (fold4's operations) and out written;
+// otherwise block blockIdx.y / hgroups alone, its part_b written for fold_kernel (same bits).
+// Weights and keys are staged as fp64, converted once; null entries are zero rows with weight 0.
+template <int WM, int WN, int NWM, int NWN, bool LOOP>
+__global__ void __launch_bounds__(32 * NWM * NWN, tile_min_blocks(NWM * NWN))
+    pv_kernel(const float *const *keys, int H, int L, int hd, const float *w, int Lp, int nblk, int hgroups, const float *rescale,
+              const float *den, bool official, double *part, float *out) {
     pdl_enter();
-    __shared__ __align__(16) double k_s[BLK][PV_DIMS];
-    __shared__ double w_s[PV_HEADS][BLK];
-    const int r = blockIdx.z, hg = blockIdx.y % hgroups, chunk = blockIdx.y / hgroups;
-    const int h0 = hg * PV_HEADS, d0 = blockIdx.x * PV_DIMS, tid = threadIdx.x, th = tid / 8, td = tid % 8;
-    const int b0 = chunk * bper, b1 = min(nblk, b0 + bper), d = d0 + 4 * td;
-    dbl4 acc[4];
+    constexpr int HS = 8 * WM * NWM, DS = 8 * WN * NWN, NT = 32 * NWM * NWN, PW = pitch_of(BLK), PK = pitch_of(DS);
+    extern __shared__ __align__(16) double smem_d[];
+    double *w_s = smem_d, *k_s = smem_d + HS * PW;  // w_s[head][entry], k_s[entry][dim]
+    const int r = blockIdx.z, hg = blockIdx.y % hgroups;
+    const int h0 = hg * HS, d0 = blockIdx.x * DS, tid = threadIdx.x;
+    const int b0 = LOOP ? 0 : blockIdx.y / hgroups, b1 = LOOP ? nblk : b0 + 1;
+    const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int wm0 = (warp % NWM) * 8 * WM, wn0 = (warp / NWM) * 8 * WN;
+    double acc[LOOP ? WM : 1][LOOP ? WN : 1][2] = {};
+    // The next block's floats wait in registers while this one is multiplied.
+    constexpr int KV = BLK * (DS / 4) / NT, WV = HS * (BLK / 4) / NT;  // float4 loads per thread and block
+    static_assert(BLK * (DS / 4) % NT == 0 && HS * (BLK / 4) % NT == 0, "a block must split evenly over the threads");
+    float4 kr[KV], wr[WV];
+    auto fetch = [&](int b) {
+#pragma unroll
+        for (int u = 0; u < KV; u++) {
+            const int e = tid + u * NT, i = b * BLK + e / (DS / 4), dk = d0 + 4 * (e % (DS / 4));
+            const float *p = i < L ? keys[size_t(r) * L + i] : nullptr;
+            kr[u] = (p && dk < hd) ? load4(p + dk) : zero4();
+        }
+#pragma unroll
+        for (int u = 0; u < WV; u++) {
+            const int e = tid + u * NT, h = h0 + e / (BLK / 4);
+            wr[u] = h < H ? load4(w + (size_t(r) * H + h) * Lp + size_t(b) * BLK + 4 * (e % (BLK / 4))) : zero4();
+        }
+    };
+    if (b0 < b1) fetch(b0);
     for (int b = b0; b < b1; b++) {
         if (b > b0) __syncthreads();  // the previous block's tiles are still being read
-        for (int e = tid; e < BLK * (PV_DIMS / 4); e += PV_THREADS) {
-            const int row = e / (PV_DIMS / 4), c = e % (PV_DIMS / 4), i = b * BLK + row, dk = d0 + 4 * c;
-            const float *p = i < L ? keys[size_t(r) * L + i] : nullptr;
-            const float4 v = (p && dk < hd) ? load4(p + dk) : zero4();
-            store_d4(&k_s[row][4 * c], {v.x, v.y, v.z, v.w});
+#pragma unroll
+        for (int u = 0; u < KV; u++) {
+            const int e = tid + u * NT;
+            stash4(k_s + (e / (DS / 4)) * PK + 4 * (e % (DS / 4)), kr[u]);
         }
-        for (int e = tid; e < PV_HEADS * BLK; e += PV_THREADS) {
-            const int hh = e / BLK, i = e % BLK, h = h0 + hh;
-            w_s[hh][(i + hh) & (BLK - 1)] = h < H ? w[(size_t(r) * H + h) * Lp + size_t(b) * BLK + i] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < WV; u++) {
+            const int e = tid + u * NT;
+            stash4(w_s + (e / (BLK / 4)) * PW + 4 * (e % (BLK / 4)), wr[u]);
         }
         __syncthreads();
-        dbl4 bp[4];
-        // fma(w, k, acc) = acc + w * k rounded once, the host's step: w * k is exact in fp64.
-#pragma unroll 2
-        for (int i = 0; i < BLK; i++) {
-            const dbl4 kv = load_d4(&k_s[i][4 * td]);
+        if (LOOP && b + 1 < b1) fetch(b + 1);
+        double pb[WM][WN][2];
 #pragma unroll
-            for (int a = 0; a < 4; a++) {
-                const int hh = th + 16 * a;
-                const double wv = w_s[hh][(i + hh) & (BLK - 1)];
-                bp[a].x = fma(wv, kv.x, bp[a].x);
-                bp[a].y = fma(wv, kv.y, bp[a].y);
-                bp[a].z = fma(wv, kv.z, bp[a].z);
-                bp[a].w = fma(wv, kv.w, bp[a].w);
-            }
+        for (int a = 0; a < WM; a++)
+#pragma unroll
+            for (int n = 0; n < WN; n++) pb[a][n][0] = pb[a][n][1] = 0.0;
+#pragma unroll 2
+        for (int s = 0; s < BLK / 4; s++) {
+            double wa[WM], kb[WN];
+#pragma unroll
+            for (int a = 0; a < WM; a++) wa[a] = w_s[(wm0 + 8 * a + g) * PW + 4 * s + t];
+#pragma unroll
+            for (int n = 0; n < WN; n++) kb[n] = k_s[(4 * s + t) * PK + wn0 + 8 * n + g];
+            dmma_tiles<WM, WN>(pb, wa, kb);
         }
 #pragma unroll
-        for (int a = 0; a < 4; a++) {
-            const int h = h0 + th + 16 * a;
-            if (h >= H || d >= hd) continue;
-            if (part) {
-                store_d4(part + ((size_t(r) * nblk + b) * H + h) * hd + d, bp[a]);
-            } else {
-                const float rs = official ? rescale[(size_t(r) * H + h) * nblk + b] : 1.0f;
-                acc[a] = fold4(acc[a], bp[a], rs, official);
+        for (int a = 0; a < WM; a++) {
+            const int h = h0 + wm0 + 8 * a + g;
+            if (h >= H) continue;
+            const float rs = (LOOP && official) ? rescale[(size_t(r) * H + h) * nblk + b] : 1.0f;
+#pragma unroll
+            for (int n = 0; n < WN; n++) {
+                const int d = d0 + wn0 + 8 * n + 2 * t;
+                if (d >= hd) continue;
+                if constexpr (!LOOP) {
+                    *reinterpret_cast<double2 *>(part + ((size_t(r) * nblk + b) * H + h) * hd + d) =
+                        make_double2(pb[a][n][0], pb[a][n][1]);
+                } else {
+                    acc[a][n][0] = fold1(acc[a][n][0], pb[a][n][0], rs, official);
+                    acc[a][n][1] = fold1(acc[a][n][1], pb[a][n][1], rs, official);
+                }
             }
         }
     }
-    if (part) return;
+    if constexpr (LOOP) {
 #pragma unroll
-    for (int a = 0; a < 4; a++) {
-        const int h = h0 + th + 16 * a;
-        if (h >= H || d >= hd) continue;
-        const size_t rh = size_t(r) * H + h;
-        *reinterpret_cast<float4 *>(out + rh * hd + d) = finish4(acc[a], official ? den[rh] : 1.0f, official);
+        for (int a = 0; a < WM; a++) {
+            const int h = h0 + wm0 + 8 * a + g;
+            if (h >= H) continue;
+            const size_t rh = size_t(r) * H + h;
+            const float dn = official ? den[rh] : 1.0f;
+#pragma unroll
+            for (int n = 0; n < WN; n++) {
+                const int d = d0 + wn0 + 8 * n + 2 * t;
+                if (d >= hd) continue;
+                *reinterpret_cast<float2 *>(out + rh * hd + d) =
+                    make_float2(finish1(acc[a][n][0], dn, official), finish1(acc[a][n][1], dn, official));
+            }
+        }
     }
 }
 
@@ -334,11 +416,31 @@ __global__ void __launch_bounds__(FOLD_THREADS)
     *reinterpret_cast<float4 *>(out + rh * hd + d) = finish4(acc, official ? den[rh] : 1.0f, official);
 }
 
+// Dynamic shared memory of each tile shape, in bytes.
+template <int WM, int WN, int NWM, int NWN, int DCH>
+constexpr size_t scores_smem() {
+    return size_t(8 * WM * NWM + 8 * WN * NWN) * pitch_of(DCH) * sizeof(double);
+}
+template <int WM, int WN, int NWM, int NWN>
+constexpr size_t pv_smem() {
+    return (size_t(8 * WM * NWM) * pitch_of(BLK) + size_t(BLK) * pitch_of(8 * WN * NWN)) * sizeof(double);
+}
+
+// A tile kernel with smem bytes of dynamic shared memory; the opt-in above 48 KB is set on every
+// call (it is per device, and a host call, so it is also legal while the stream is captured).
+template <class... P, class... A>
+Status launch_tiles(void (*kernel)(P...), size_t smem, dim3 grid, int threads, cudaStream_t stream, A &&...args) {
+    if (smem > 48 * 1024)
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    DS41RT_CUDA_RETURN_IF_ERROR(launch_pdl(kernel, grid, unsigned(threads), smem, stream, std::forward<A>(args)...));
+    return Status::ok();
+}
+
 // Where each scratch array lives in the workspace and which launch shapes run.
 struct attention_plan {
     int nblk = 0, Lp = 0;
-    bool big_scores = false;  // 32 x 64 score tiles instead of 8 x 32
-    bool loop_pv = false;     // P.V folds in registers (no partials)
+    bool big_scores = false;  // 64 x 64 score tiles instead of 8 x 32
+    bool loop_pv = false;     // P.V folds in registers over 64 x 64 tiles (no partials)
     size_t part = 0, sc = 0, rescale = 0, den = 0, bytes = 0;  // offsets in floats (part: fp64); bytes in total
 };
 
@@ -355,8 +457,8 @@ attention_plan make_plan(const attention_batch &b, int sms) {
     p.Lp = p.nblk * BLK;
     const int64_t R = std::max(b.R, 0), H = std::max(b.H, 0), hd = std::max(b.hd, 0);
     // Tile choices follow how many CTAs the batch makes; they never change a result.
-    p.big_scores = R * ((H + 31) / 32) * p.nblk >= 2 * int64_t(sms);
-    p.loop_pv = R * ((hd + PV_DIMS - 1) / PV_DIMS) * ((H + PV_HEADS - 1) / PV_HEADS) >= int64_t(sms);
+    p.big_scores = R * ((H + 63) / 64) * p.nblk >= 2 * int64_t(sms);
+    p.loop_pv = R * ((hd + 63) / 64) * ((H + PV_HEADS - 1) / PV_HEADS) >= int64_t(sms);
     auto round4 = [](size_t n) { return (n + 3) / 4 * 4; };  // float4 alignment of each array
     size_t off = 0;
     p.part = off;
@@ -433,32 +535,27 @@ Status run_attention(const attention_batch &b, cudaStream_t stream) {
     float *sc = ws + p.sc, *rescale = ws + p.rescale, *den = ws + p.den;
 
     if (p.big_scores) {
-        const dim3 grid(unsigned(p.Lp / 64), unsigned((b.H + 31) / 32), unsigned(b.R));
-        (void)launch_pdl(scores_kernel<32, 64, 4, 4, 32>, grid, (32 / 4) * (64 / 4), 0, stream, b.q, b.keys, b.H, b.L,
-                         b.hd, b.scale, p.Lp, sc);
+        DS41RT_RETURN_IF_ERROR(launch_tiles(scores_kernel<4, 4, 2, 2, 32>, scores_smem<4, 4, 2, 2, 32>(),
+                                            dim3(unsigned(p.Lp / 64), unsigned((b.H + 63) / 64), unsigned(b.R)), 128, stream, b.q,
+                                            b.keys, b.H, b.L, b.hd, b.scale, p.Lp, sc));
     } else {
-        const dim3 grid(unsigned(p.Lp / 32), unsigned((b.H + 7) / 8), unsigned(b.R));
-        (void)launch_pdl(scores_kernel<8, 32, 2, 2, 64>, grid, (8 / 2) * (32 / 2), 0, stream, b.q, b.keys, b.H, b.L,
-                         b.hd, b.scale, p.Lp, sc);
+        DS41RT_RETURN_IF_ERROR(launch_tiles(scores_kernel<1, 4, 1, 1, 32>, scores_smem<1, 4, 1, 1, 32>(),
+                                            dim3(unsigned(p.Lp / 32), unsigned((b.H + 7) / 8), unsigned(b.R)), 32, stream, b.q,
+                                            b.keys, b.H, b.L, b.hd, b.scale, p.Lp, sc));
     }
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     const int RH = b.R * b.H;
     (void)launch_pdl(softmax_kernel, (RH + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS, 32 * SOFTMAX_WARPS, 0, stream, sc,
                      b.sink, RH, b.H, b.L, p.Lp, p.nblk, b.official, rescale, den);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    const unsigned dim_tiles = unsigned((b.hd + PV_DIMS - 1) / PV_DIMS);
-    if (p.loop_pv) {
-        const dim3 grid(dim_tiles, unsigned(hgroups), unsigned(b.R));
-        (void)launch_pdl(pv_kernel, grid, PV_THREADS, 0, stream, b.keys, b.H, b.L, b.hd, sc, p.Lp, p.nblk, p.nblk,
-                         hgroups, rescale, den, b.official, nullptr, b.out);
-        DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-        return Status::ok();
-    }
+    if (p.loop_pv)
+        return launch_tiles(pv_kernel<4, 2, 2, 4, true>, pv_smem<4, 2, 2, 4>(),
+                            dim3(unsigned((b.hd + 63) / 64), unsigned(hgroups), unsigned(b.R)), 256, stream, b.keys, b.H, b.L,
+                            b.hd, sc, p.Lp, p.nblk, hgroups, rescale, den, b.official, nullptr, b.out);
     double *part = reinterpret_cast<double *>(ws + p.part);
-    const dim3 grid(dim_tiles, unsigned(hgroups * p.nblk), unsigned(b.R));
-    (void)launch_pdl(pv_kernel, grid, PV_THREADS, 0, stream, b.keys, b.H, b.L, b.hd, sc, p.Lp, p.nblk, 1, hgroups,
-                     rescale, den, b.official, part, b.out);
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    DS41RT_RETURN_IF_ERROR(launch_tiles(pv_kernel<2, 4, 4, 1, false>, pv_smem<2, 4, 4, 1>(),
+                                        dim3(unsigned((b.hd + 31) / 32), unsigned(hgroups * p.nblk), unsigned(b.R)), 128, stream,
+                                        b.keys, b.H, b.L, b.hd, sc, p.Lp, p.nblk, hgroups, rescale, den, b.official, part,
+                                        b.out));
     const int64_t n4 = int64_t(n / 4);
     (void)launch_pdl(fold_kernel, unsigned((n4 + FOLD_THREADS - 1) / FOLD_THREADS), FOLD_THREADS, 0, stream, part,
                      rescale, den, n4, b.H, b.hd, p.nblk, b.official, b.out);

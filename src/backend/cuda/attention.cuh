@@ -3,11 +3,13 @@
 // softmax denominator, a key list per query row whose nullptr entries are skipped (index -1).
 //
 // Numerics (see attention.cu for the order of every sum):
-//  - Scores: the host's bits (fp64 dot products summed in the host's order, rounded once).
+//  - Scores: fp64 dot products (on the fp64 tensor cores) rounded once: the host's bits wherever
+//    the products' partial sums are exact in fp64 (quantized keys), an fp64 rounding away
+//    elsewhere.
 //  - Softmax denominators: fp32 sums in the host's sequential list order.
-//  - P.V: fp64, as the host sums it (w * k is exact in fp64): the host's chain exactly for lists
-//    of up to 64 entries (one block); longer lists fold per-64-entry partial sums, which differs
-//    from the host's single chain only in fp64 roundings.
+//  - P.V: fp64, as the host sums it (w * k is exact in fp64), per 64-entry block on the tensor
+//    cores, the blocks folded in order; it differs from the host's single chain only in fp64
+//    roundings.
 //  - TRANSFORMERS (official = false): one softmax over all scores and the sink; weights p = e / den
 //    as the host forms them; out = float(acc). OFFICIAL: the reference kernel's blocks of 64 list
 //    entries, running max over real scores, bf16(exp(score - max)) weights for P.V, the sink's
