@@ -30,15 +30,17 @@
 //   to nearest; the tensor cores' own running sum truncates, which over K = 8192 drifted to 1e-5
 //   relative, measured). A warp frees a stage on its empty mbarrier once its wgmmas completed; no
 //   block-wide barrier in the loop, so one warpgroup's adds overlap the other's MMAs.
-// A block is one job: a 128-row x tile of one group against 256 weight rows.
+// A block is one job: one product's 128-row x tile against 256 weight rows; for a group a 256-row
+// x tile against 128 weight rows (each warpgroup 128 rows in two halves), so that a decoded weight
+// stage serves 256 rows: the decode that bounds a group costs half as much per row.
 //
 // Roofline at V4.1 prefill, M = 2048: wq_b (N 32768, K 1280) 172 GFLOP, ~231 us at the BF16 rate;
 // wo_b (5120 x 8192) the same; an MXFP4 expert w1 (2304 x 5120) 48 GFLOP, 65 us. Bytes from L2 per
-// 128 x 256 tile and 64 k: 16 KB of x and 32 KB of BF16 weight (IMAGE: 85 FLOP per byte) or 16 KB
-// FP8 / 8 KB MXFP4 (groups: 131 to 175) for 4.19 MFLOP. Pre-passes: x M K (4 read + 2 written)
-// bytes, the weight image N K (1 or 0.5 read + 2 written): wq_b's 42 MB of E4M3 become 84 MB of
-// BF16, ~30 us at the copy rate. A routed expert of tens of rows is bound by the decode of its
-// weights instead, once per 128 of its rows.
+// tile and 64 k, for 4.19 MFLOP: IMAGE 16 KB of x and 32 KB of BF16 weight (85 FLOP per byte);
+// groups 32 KB of x and 8 KB FP8 / 4 KB MXFP4 + scales (105 to 116). Pre-passes: x M K (4 read +
+// 2 written) bytes, the weight image N K (1 or 0.5 read + 2 written): wq_b's 42 MB of E4M3 become
+// 84 MB of BF16, ~30 us at the copy rate. A routed expert of tens of rows is bound by the decode of
+// its weights instead, once per 256 of its rows (and its tile's padding rows still cost MMAs).
 //
 // Invariants: every output sums its 64-k partials in increasing k, so row m's bits do not depend on
 // M or on the other groups (batch invariance); no split K. Rows past a group's end are zeros in x
@@ -70,13 +72,18 @@ namespace ds41rt::backend::cuda::gemm_fp8_sm90 {
 
 namespace {
 
-constexpr int BM = 128, BN = 256, BK = 64;  // BK BF16 = one 128-byte swizzle row
+constexpr int BK = 64;  // BK BF16 = one 128-byte swizzle row
+// A block's tile: one product (IMAGE) 128 x rows against 256 weight rows; a group 256 x rows
+// against 128 weight rows, so that each weight stage the loaders decode serves twice the rows.
+constexpr int BM = 128, BN = 256, GBM = 256, GBN = 128;
 constexpr int CONSUMERS = 256, LOADERS = 128, THREADS = CONSUMERS + LOADERS;
 constexpr int PREP_THREADS = 256;
-constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
-// A raw stage: the weight's bytes (item i of 8 k at 8i, FP8; 4i, MXFP4), then two scale words a row.
-constexpr int ITEMS = BN * BK / 8, ITEMS_PER_THREAD = ITEMS / LOADERS;
-constexpr int RAW_DATA = BN * BK, RAW_BYTES = RAW_DATA + BN * 2 * 4;
+constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES, GA_BYTES = GBM * BK * 2;
+static_assert(GA_BYTES + GBN * BK * 2 == STAGE_BYTES, "both tiles fill the same stage");
+// A raw stage (groups): the weight's bytes (item i of 8 k at 8i, FP8; 4i, MXFP4), then two scale
+// words a row.
+constexpr int ITEMS = GBN * BK / 8, ITEMS_PER_THREAD = ITEMS / LOADERS;
+constexpr int RAW_DATA = GBN * BK, RAW_BYTES = RAW_DATA + GBN * 2 * 4;
 // Where the weight operand comes from: a BF16 image written by a pre-pass (one weight: the fastest,
 // two bulk copies a stage), or the checkpoint's FP8 / MXFP4 bytes decoded by the loading warpgroup
 // (groups: the experts of a layer have no room for BF16 images).
@@ -87,12 +94,12 @@ struct ring {
     static constexpr int smem = stages * STAGE_BYTES + raw * RAW_BYTES + 2 * stages * 8 + 1024;  // + 1024 alignment slack
 };
 constexpr int SMEM_BYTES = ring<IMAGE>::smem > ring<FP8_BYTES>::smem ? ring<IMAGE>::smem : ring<FP8_BYTES>::smem;
-static_assert(STAGE_BYTES % 1024 == 0 && A_BYTES % 1024 == 0, "swizzle atoms 1024-byte aligned");
-static_assert(ITEMS % LOADERS == 0 && BN * 2 % LOADERS == 0, "loads split evenly");
+static_assert(STAGE_BYTES % 1024 == 0 && A_BYTES % 1024 == 0 && GA_BYTES % 1024 == 0, "swizzle atoms 1024-byte aligned");
+static_assert(ITEMS % LOADERS == 0 && GBN * 2 % LOADERS == 0, "loads split evenly");
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-struct x_tile {  // a 128-row tile of x's operand image: rows [row0, row0 + rows) of x
+struct x_tile {  // a GBM-row tile of x's operand image: rows [row0, row0 + rows) of x
     int64_t row0;
     int32_t rows, pad;
 };
@@ -114,7 +121,7 @@ struct params {
 };
 
 // The tiles and jobs of `a`, built the same way for sizing the workspace and for running: each
-// group's rows in 128-row tiles, a tile shared by the groups that read the same rows.
+// group's rows in GBM-row tiles, a tile shared by the groups that read the same rows.
 struct tables {
     std::vector<x_tile> tiles;
     std::vector<job> jobs;
@@ -123,8 +130,8 @@ tables tables_of(const gemm_fp8_grouped_args &a) {
     tables t;
     std::map<std::pair<int64_t, int64_t>, int32_t> seen;
     for (const gemm_fp8_group &g : a.groups)
-        for (int64_t r = 0; r < g.rows; r += BM) {
-            const int32_t rows = int32_t(std::min<int64_t>(BM, g.rows - r));
+        for (int64_t r = 0; r < g.rows; r += GBM) {
+            const int32_t rows = int32_t(std::min<int64_t>(GBM, g.rows - r));
             auto [it, fresh] = seen.try_emplace({g.row0 + r, rows}, int32_t(t.tiles.size()));
             if (fresh) t.tiles.push_back({g.row0 + r, rows, 0});
             t.jobs.push_back({g.w, g.scale, g.y + r * a.N, it->second, rows});
@@ -140,7 +147,7 @@ layout layout_of(const gemm_fp8_grouped_args &a, const tables &t) {
     layout l;
     l.kp = round_up(a.K, BK);
     l.xi = 0;
-    l.tiles = round_up(int64_t(t.tiles.size()) * BM * l.kp * 2, 256);
+    l.tiles = round_up(int64_t(t.tiles.size()) * GBM * l.kp * 2, 256);
     l.jobs = l.tiles + size_t(round_up(int64_t(t.tiles.size() * sizeof(x_tile)), 256));
     l.total = l.jobs + t.jobs.size() * sizeof(job);
     return l;
@@ -157,16 +164,16 @@ __device__ __forceinline__ uint32_t bf16_piece(float v, int piece) {
 // values (E4M3 code times the block's power-of-two scale, the CPU quantizer's operations) as BF16,
 // exact; the act_block / 4 lanes of a block agree on its amax by shuffles. Exact (pieces 3): x as
 // it is, in three K segments of kseg (hi, mid, lo; gemm_fp8_args::exact_x), which the weight image
-// repeats. One thread per 4 channels. Bytes: rows K 4 read, tiles 128 Kp 2 written. No table
-// (tiles null): rows [0, rows) in order.
-__global__ void x_image_kernel(const float *x, const x_tile *tiles, int64_t rows, int64_t n_tiles, int K, int64_t kseg,
+// repeats. One thread per 4 channels. Bytes: rows K 4 read, tiles bm Kp 2 written. No table
+// (tiles null): rows [0, rows) in order. bm: the tiles' rows (BM, or GBM for groups).
+__global__ void x_image_kernel(const float *x, const x_tile *tiles, int64_t rows, int64_t n_tiles, int bm, int K, int64_t kseg,
                                int pieces, int lanes, uint8_t *xi) {
-    const int64_t kp = kseg * pieces, per_row = kp / 4, total = n_tiles * BM * per_row;
+    const int64_t kp = kseg * pieces, per_row = kp / 4, total = n_tiles * bm * per_row;
     const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= total) return;  // total is a multiple of 32 (kp % 64 == 0): whole warps leave together
-    const int64_t row = t / per_row, tile = row / BM;
-    const int r = int(row % BM), kq = int(t % per_row) * 4, piece = int(kq / kseg), k = int(kq % kseg);
-    const x_tile T = tiles ? tiles[tile] : x_tile{tile * BM, int32_t(rows - tile * BM < BM ? rows - tile * BM : BM), 0};
+    const int64_t row = t / per_row, tile = row / bm;
+    const int r = int(row % bm), kq = int(t % per_row) * 4, piece = int(kq / kseg), k = int(kq % kseg);
+    const x_tile T = tiles ? tiles[tile] : x_tile{tile * bm, int32_t(rows - tile * bm < bm ? rows - tile * bm : bm), 0};
     const bool live = r < T.rows && k < K;  // K % act_block == 0: a block is all live or all padding
     const float4 v = live ? *reinterpret_cast<const float4 *>(x + (T.row0 + r) * K + k) : make_float4(0, 0, 0, 0);
     uint2 o = make_uint2(0, 0);
@@ -184,7 +191,7 @@ __global__ void x_image_kernel(const float *x, const x_tile *tiles, int64_t rows
         o.x = bf16_piece(v.x, piece) | bf16_piece(v.y, piece) << 16, o.y = bf16_piece(v.z, piece) | bf16_piece(v.w, piece) << 16;
     }
     const int kk = kq % BK;
-    *reinterpret_cast<uint2 *>(xi + ((tile * (kp / BK) + kq / BK) * BM + r) * 128 + ((((kk >> 3) ^ r) & 7) << 4) + (kk & 7) * 2) =
+    *reinterpret_cast<uint2 *>(xi + ((tile * (kp / BK) + kq / BK) * bm + r) * 128 + ((((kk >> 3) ^ r) & 7) << 4) + (kk & 7) * 2) =
         o;
 }
 
@@ -356,7 +363,7 @@ __device__ __forceinline__ void load_raw(const params &P, const job &J, uint8_t 
     uint8_t *sw = raw + RAW_DATA;
     const uint32_t ks = uint32_t(kt * BK + (lt & 1) * 32);
 #pragma unroll
-    for (int i = 0; i < BN * 2 / LOADERS; i++) {
+    for (int i = 0; i < GBN * 2 / LOADERS; i++) {
         const uint32_t row = uint32_t(lt >> 1) + 64u * uint32_t(i);
         const bool live = ks < uint32_t(P.K) && row < live_rows;
         const uintptr_t a =
@@ -372,7 +379,7 @@ __device__ __forceinline__ void decode_scales(const params &P, const job &J, uin
     uint32_t *sw = reinterpret_cast<uint32_t *>(raw + RAW_DATA);
     const uint32_t ks = uint32_t(kt * BK + (lt & 1) * 32), base = uint32_t(reinterpret_cast<uintptr_t>(J.scale));
 #pragma unroll
-    for (int i = 0; i < BN * 2 / LOADERS; i++) {
+    for (int i = 0; i < GBN * 2 / LOADERS; i++) {
         const uint32_t row = uint32_t(lt >> 1) + 64u * uint32_t(i), wi = uint32_t(lt) + uint32_t(LOADERS * i);
         const uint32_t shift = ((base + scale_offset<FP4>(P, n0 + row, ks)) & 3u) * 8u;  // a dead row's word is 0
         const uint32_t f = __float_as_uint(dev::e8m0_value((sw[wi] >> shift) & 0xffu));
@@ -423,6 +430,7 @@ template <int MODE>
 __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant__ params P) {
     constexpr bool FP4 = MODE == FP4_BYTES;
     constexpr int STAGES = ring<MODE>::stages, RAW = ring<MODE>::raw;
+    constexpr int TN = MODE == IMAGE ? BN : GBN, AB = MODE == IMAGE ? A_BYTES : GA_BYTES;  // the tile's weight rows, x bytes
 #if DS41RT_WGMMA_BODY
     extern __shared__ uint8_t smem_raw[];
     // Aligned by an offset on the shared array (not through an integer), so the compiler keeps
@@ -433,7 +441,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
     const int tid = threadIdx.x, lane = tid & 31;
     const int KT = int(P.kp / BK);
     const job J = job_of(P, blockIdx.x);
-    const uint32_t n0 = blockIdx.y * uint32_t(BN);
+    const uint32_t n0 = blockIdx.y * uint32_t(TN);
     if (tid == 0) {
         // full: the x copy's bytes plus an arrival from each loader once its decoded rows are
         // stored; empty: one arrival from each MMA warp once its wgmmas on the stage completed.
@@ -448,7 +456,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
     if (tid >= CONSUMERS) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         const int lt = tid - CONSUMERS;
-        const uint8_t *xa = P.xi + int64_t(J.xt) * KT * A_BYTES;
+        const uint8_t *xa = P.xi + int64_t(J.xt) * KT * AB;
         if constexpr (MODE == IMAGE) {  // one lane streams both operands' tiles
             if (lt == 0) {
                 const uint8_t *wa = P.wi + int64_t(blockIdx.y) * KT * B_BYTES;
@@ -479,10 +487,10 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
                 if (kt >= STAGES) mbar_wait(&empty[s], uint32_t(kt / STAGES - 1) & 1);  // both warpgroups done with it
                 uint8_t *st = smem + s * STAGE_BYTES;
                 if (lt == 0) {
-                    mbar_arrive_expect_tx(&full[s], A_BYTES);
-                    bulk_copy(st, xa + int64_t(kt) * A_BYTES, A_BYTES, &full[s]);
+                    mbar_arrive_expect_tx(&full[s], AB);
+                    bulk_copy(st, xa + int64_t(kt) * AB, AB, &full[s]);
                 }
-                decode_raw<FP4>(P, J, raw_ring + (kt % RAW) * RAW_BYTES, st + A_BYTES, kt, n0, lt);
+                decode_raw<FP4>(P, J, raw_ring + (kt % RAW) * RAW_BYTES, st + AB, kt, n0, lt);
                 // The stores were generic-proxy writes; the wgmmas read through the async proxy.
                 asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
                 mbar_arrive(&full[s]);
@@ -500,12 +508,13 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
         const int s = kt % STAGES;
         mbar_wait(&full[s], uint32_t(kt / STAGES) & 1);
         const uint8_t *st = smem + s * STAGE_BYTES;
-        const uint64_t da = smem_desc(st + wg * 64 * 128);
-        // Each half of the 256 columns: the stage's 64 k summed by the tensor cores from zero, then
-        // added into acc in fp32.
+        // Each half of the warpgroup's outputs (IMAGE: 128 of the 256 columns of its 64 rows; groups:
+        // 64 of its 128 rows, all 128 columns): the stage's 64 k summed by the tensor cores from
+        // zero, then added into acc in fp32.
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const uint64_t db = smem_desc(st + A_BYTES + h * 128 * 128);
+            const uint64_t da = smem_desc(st + (MODE == IMAGE ? wg * 64 : wg * 128 + h * 64) * 128);
+            const uint64_t db = smem_desc(st + AB + (MODE == IMAGE ? h * 128 * 128 : 0));
             fence_regs(part);
             wgmma_fence();
 #pragma unroll
@@ -519,14 +528,18 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
         if (lane == 0) mbar_arrive(&empty[s]);  // this warp's wgmmas on the stage are complete
     }
 
-    // Accumulator 4j + e of a thread: row 16 * warp + lane / 4 (+ 8 for e >= 2) of its warpgroup's
-    // 64, column 8j + 2 (lane % 4) + (e & 1).
-    const int m = wg * 64 + ((tid >> 5) & 3) * 16 + (lane >> 2);
+    // Accumulator 64h + 4j + e of a thread: row 16 * warp + lane / 4 (+ 8 for e >= 2) of the half's
+    // 64 rows, column 8j + 2 (lane % 4) + (e & 1) of the half's 128 columns.
+    const int mw = ((tid >> 5) & 3) * 16 + (lane >> 2);
 #pragma unroll
-    for (int j = 0; j < 32; j++) {
-        const int64_t n = n0 + 8 * j + 2 * (lane & 3);
-        store_pair(P, J, m, n, acc[4 * j + 0], acc[4 * j + 1]);
-        store_pair(P, J, m + 8, n, acc[4 * j + 2], acc[4 * j + 3]);
+    for (int h = 0; h < 2; h++) {
+        const int m = (MODE == IMAGE ? wg * 64 : wg * 128 + h * 64) + mw;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const int64_t n = n0 + (MODE == IMAGE ? 128 * h : 0) + 8 * j + 2 * (lane & 3);
+            store_pair(P, J, m, n, acc[64 * h + 4 * j + 0], acc[64 * h + 4 * j + 1]);
+            store_pair(P, J, m + 8, n, acc[64 * h + 4 * j + 2], acc[64 * h + 4 * j + 3]);
+        }
     }
 #endif
 }
@@ -598,13 +611,14 @@ Status run(const gemm_fp8_grouped_args &a, void *workspace, cudaStream_t stream)
         P.jobs = reinterpret_cast<const job *>(ws + l.jobs);
     }
     if (n_jobs == 0) return Status::ok();
-    x_image_kernel<<<blocks_for(n_tiles * BM * P.kp / 4), PREP_THREADS, 0, stream>>>(a.x, tiles, P.implicit_rows, n_tiles, a.K,
-                                                                                     kseg, pieces, a.act_block / 4, ws);
+    const int bm = single(a) ? BM : GBM, tn = single(a) ? BN : GBN;
+    x_image_kernel<<<blocks_for(n_tiles * bm * P.kp / 4), PREP_THREADS, 0, stream>>>(a.x, tiles, P.implicit_rows, n_tiles, bm,
+                                                                                     a.K, kseg, pieces, a.act_block / 4, ws);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     const auto kernel = single(a) ? gemm_kernel<IMAGE> : a.fp4 ? gemm_kernel<FP4_BYTES> : gemm_kernel<FP8_BYTES>;
     const int smem = single(a) ? ring<IMAGE>::smem : a.fp4 ? ring<FP4_BYTES>::smem : ring<FP8_BYTES>::smem;
     DS41RT_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    kernel<<<dim3(unsigned(n_jobs), unsigned(round_up(a.N, BN) / BN)), THREADS, smem, stream>>>(P);
+    kernel<<<dim3(unsigned(n_jobs), unsigned(round_up(a.N, tn) / tn)), THREADS, smem, stream>>>(P);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }
