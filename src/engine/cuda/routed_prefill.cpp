@@ -49,14 +49,14 @@ Status run_nvfp4(const device_model &m, const std::vector<cuda::nvfp4_matrix> &m
 }
 
 // Rows an expert must average for the grouped GEMM to beat the GEMV pieces. Its loading warps
-// decode each expert's MXFP4 to BF16 once per 128 rows, and that decode bounds it: on the H200
-// (session 11, 16 layers, one run) the routed experts of a V4.1 2048-token prefill (48 rows an
-// expert) took 287 ms in GEMV pieces and 335 grouped, of an 8192-token one (192 rows) 1004 and
-// 610; V4 186 / 200 and 680 / 427.
+// decode each expert's MXFP4 to BF16 once per 256 rows, and its tiles are 256 rows, so a small
+// expert pays for its padding. H200 (session 12, V4.1 16 layers, moe.routed of one run each): at
+// 2048 tokens (48 rows an expert) 261 ms in GEMV pieces, 389 grouped; at 4096 (96 rows) 492 and
+// 447; at 8192 (192 rows) 932 and 552. The ratio crosses 1 near 88 rows (linear between 48 and 96).
 // DS41RT_GROUPED_MIN_ROWS overrides it (tests take the grouped path on small fixtures with 1).
 int64_t grouped_min_rows() {
     const char *e = std::getenv("DS41RT_GROUPED_MIN_ROWS");
-    return e && *e ? std::max<int64_t>(1, std::atoll(e)) : 96;
+    return e && *e ? std::max<int64_t>(1, std::atoll(e)) : 88;
 }
 
 // One projection of every expert (jobs of one shape) as one grouped product on the tensor cores
