@@ -36,6 +36,26 @@ bool prefill_gemm_default() {
     return !(e && std::string(e) == "0");
 }
 
+// Freed memory the device's default pool keeps across synchronisations, for the stream-ordered
+// temporaries (dtemp). The pool's default, 0, hands all of it back at every synchronisation; a
+// prefill layer synchronises once (its routes come to the host), so each layer's temporaries (GBs
+// at 8192 tokens) were mapped afresh. DS41RT_POOL_KEEP_MB overrides the 8 GiB kept.
+uint64_t pool_keep_bytes() {
+    const char *e = std::getenv("DS41RT_POOL_KEEP_MB");
+    return (e && *e ? uint64_t(std::strtoull(e, nullptr, 10)) : uint64_t(8192)) << 20;
+}
+
+// The device current and the model's stream on it, its pool told what to keep.
+Status start_device(int device, cudaStream_t *stream) {
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    cudaMemPool_t pool = nullptr;
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, device));
+    uint64_t keep = pool_keep_bytes();
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(stream, cudaStreamNonBlocking));
+    return Status::ok();
+}
+
 }  // namespace
 
 using backend::cpu::lin;
@@ -78,8 +98,7 @@ Result<std::unique_ptr<device_model>> device_model::make(std::shared_ptr<const m
     m->dev_ = dev.value();
     m->official_ = official;
     m->prefill_gemm_ = prefill_gemm_default();
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(m->dev_.device));
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&m->stream_, cudaStreamNonBlocking));
+    DS41RT_RETURN_IF_ERROR(start_device(m->dev_.device, &m->stream_));
     return m;
 }
 
@@ -95,8 +114,7 @@ Result<std::unique_ptr<device_model>> device_model::make_dummy(model::model_conf
     m->dev_ = dev.value();
     m->official_ = official;
     m->prefill_gemm_ = prefill_gemm_default();
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(m->dev_.device));
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&m->stream_, cudaStreamNonBlocking));
+    DS41RT_RETURN_IF_ERROR(start_device(m->dev_.device, &m->stream_));
     return m;
 }
 
