@@ -23,6 +23,7 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/gemm_fp8.cuh"
+#include "core/dtype.h"
 #include "cuda_test_util.h"
 
 using namespace ds41rt;
@@ -257,6 +258,57 @@ TEST_F(CudaGemmFp8, exact_x) {
         std::vector<int> rows(static_cast<size_t>(M), 0);
         for (int m = 0; m < M; m++) rows[size_t(m)] = m;
         compare_rows(y, ref, rows, N, "exact x " + s.what());
+    }
+}
+
+// y rounded to bf16 where it is stored (round_bf16) is, bit for bit, the unrounded y rounded on
+// the host, on each kernel: the rounding comes after the same sums.
+TEST_F(CudaGemmFp8, round_bf16_output) {
+    for (cuda::gemm_fp8_kernel k : kernels_) {
+        spec s{false, 300, 600, 256, 32, 32};
+        s.kernel = k;
+        const auto q = testing_util::random_fp8_block(s.N, s.K, 32, 32, 77);
+        gpu_case g(dev_, s, q, make_x(s.M, s.K, 78));
+        const std::vector<float> plain = g.run();
+        g.args().round_bf16 = true;
+        const std::vector<float> rounded = g.run();
+        size_t differ = 0;
+        for (size_t i = 0; i < plain.size(); i++) differ += round_bf16(plain[i]) != rounded[i];
+        EXPECT_EQ(differ, 0u) << "round_bf16 " << s.what();
+    }
+}
+
+// Plain BF16 weights (the BF16 class's unquantized weights: compressors, indexer projections) with
+// x taken exactly: against the CPU's fp64 sums of the same products, and refused by mma.sync.
+TEST_F(CudaGemmFp8, bf16_weights) {
+    for (const auto &[M, N, K] : {std::tuple{17, 300, 96}, std::tuple{300, 1024, 4096}}) {
+        testing_util::quant_weight q;  // w: the bf16 bits; no scales
+        const std::vector<float> w = testing_util::random_normal(size_t(N) * K, uint32_t(N * 5 + K));
+        q.w.resize(w.size() * 2), q.dequant.resize(w.size()), q.scale.resize(1);
+        for (size_t i = 0; i < w.size(); i++) {
+            const uint16_t b = f32_to_bf16(w[i]);
+            std::memcpy(q.w.data() + 2 * i, &b, 2);
+            q.dequant[i] = bf16_to_f32(b);
+        }
+        const std::vector<float> x = make_x(M, K, uint32_t(M + 9));
+        for (cuda::gemm_fp8_kernel k : kernels_) {
+            spec s{false, M, N, K, 32, 32};
+            s.kernel = k;
+            gpu_case g(dev_, s, q, x);
+            g.args().bf16_weight = g.args().exact_x = true;
+            g.args().scale = nullptr;
+            g.size_workspace();
+            if (k != cuda::gemm_fp8_kernel::WGMMA) {
+                EXPECT_EQ(cuda::run_gemm_fp8(dev_, g.args(), nullptr, 0).code(), status_code::NOT_SUPPORTED) << s.what();
+                continue;
+            }
+            const std::vector<float> y = g.run();
+            std::vector<float> ref(size_t(M) * N);
+            cpu::matmul_nt(x.data(), q.dequant.data(), ref.data(), M, N, K);
+            std::vector<int> rows(static_cast<size_t>(M), 0);
+            for (int m = 0; m < M; m++) rows[size_t(m)] = m;
+            compare_rows(y, ref, rows, N, "bf16 weight, exact x " + s.what());
+        }
     }
 }
 

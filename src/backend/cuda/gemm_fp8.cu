@@ -165,6 +165,7 @@ struct gemm_job {
     int64_t mp, np, kp;
     float *y;
     int M, N;
+    bool round_bf16;
 };
 
 __device__ __forceinline__ void load_stage(const gemm_job &J, uint8_t *st, int kt, int64_t m0, int64_t n0, int tid) {
@@ -254,6 +255,7 @@ __device__ __forceinline__ void compute_stage(const uint8_t *st, int wm, int wn,
 
 __device__ __forceinline__ void store_pair(const gemm_job &J, int64_t m, int64_t n, float v0, float v1) {
     if (m >= J.M || n >= J.N) return;
+    if (J.round_bf16) v0 = dev::round_bf16(v0), v1 = dev::round_bf16(v1);
     float *p = J.y + m * J.N + n;
     if (n + 1 < J.N && reinterpret_cast<uintptr_t>(p) % 8 == 0) {
         *reinterpret_cast<float2 *>(p) = make_float2(v0, v1);
@@ -314,11 +316,11 @@ Status check(const gemm_fp8_args &a) {
     const std::string shape = "gemm_fp8: M " + std::to_string(a.M) + ", N " + std::to_string(a.N) + ", K " +
                               std::to_string(a.K) + ", act_block " + std::to_string(a.act_block) + ", block " +
                               std::to_string(a.block_out) + "x" + std::to_string(a.block_in) + (a.fp4 ? " (MXFP4)" : " (FP8)");
-    if (a.M < 0 || !shape_ok(a.N, a.K, a.act_block, a.fp4, a.block_out, a.block_in))
+    if (a.M < 0 || !shape_ok(a.N, a.K, a.act_block, a.fp4 || a.bf16_weight, a.block_out, a.block_in))
         return Status::not_supported(shape + " (K a multiple of 32 and of act_block 32 or 128; FP8 blocks multiples of 32)");
     if (int64_t(a.N) > int64_t(BN) * 65535) return Status::not_supported(shape + ": N too large for one grid");
     if (a.M == 0) return Status::ok();
-    if (!a.x || !a.w || !a.scale || !a.y) return Status::invalid_argument(shape + ": null pointer");
+    if (!a.x || !a.w || (!a.scale && !a.bf16_weight) || !a.y) return Status::invalid_argument(shape + ": null pointer");
     if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0) return Status::invalid_argument(shape + ": x not 16-byte aligned");
     if (reinterpret_cast<uintptr_t>(a.w) % 16 != 0) return Status::invalid_argument(shape + ": w not 16-byte aligned");
     return Status::ok();
@@ -331,6 +333,7 @@ gemm_fp8_grouped_args as_group(const gemm_fp8_args &a) {
     gemm_fp8_grouped_args g;
     g.x = a.x, g.R = a.M, g.K = a.K, g.act_block = a.act_block, g.N = a.N;
     g.fp4 = a.fp4, g.block_out = a.block_out, g.block_in = a.block_in, g.exact_x = a.exact_x;
+    g.bf16_weight = a.bf16_weight, g.round_bf16 = a.round_bf16;
     g.groups.push_back({0, a.M, a.w, a.scale, a.y});
     return g;
 }
@@ -353,11 +356,12 @@ Status run_gemm_fp8(const device_info &dev, const gemm_fp8_args &a, void *worksp
                                      dev.name + " is " + std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) + ")");
     if (a.M == 0) return Status::ok();
     const bool fits = gemm_fp8_sm90::fits(as_group(a));
-    if ((a.kernel == gemm_fp8_kernel::WGMMA || a.exact_x) && !fits)
+    if ((a.kernel == gemm_fp8_kernel::WGMMA || a.exact_x || a.bf16_weight) && !fits)
         return Status::not_supported("gemm_fp8: a shape the wgmma kernel does not take");
     const bool wgmma =
         a.kernel == gemm_fp8_kernel::WGMMA || (a.kernel == gemm_fp8_kernel::AUTO && fits && gemm_fp8_sm90::usable(dev, true));
-    if (!wgmma && a.exact_x) return Status::not_supported("gemm_fp8: exact x needs the wgmma kernel");
+    if (!wgmma && (a.exact_x || a.bf16_weight))
+        return Status::not_supported("gemm_fp8: exact x and BF16 weights need the wgmma kernel");
     if (!wgmma && dev.smem_per_block_optin < SMEM_BYTES)
         return Status::not_supported("gemm_fp8: needs " + std::to_string(SMEM_BYTES) + " bytes of shared memory per block, device " +
                                      dev.name + " allows " + std::to_string(dev.smem_per_block_optin));
@@ -377,7 +381,7 @@ Status run_gemm_fp8(const device_info &dev, const gemm_fp8_args &a, void *worksp
     gemm_job J;
     J.xq = xq, J.sx = sx, J.sw = sw;
     J.mp = l.mp, J.np = l.np, J.kp = l.kp;
-    J.y = a.y, J.M = a.M, J.N = a.N;
+    J.y = a.y, J.M = a.M, J.N = a.N, J.round_bf16 = a.round_bf16;
     if (a.fp4) {
         decode_fp4_kernel<<<blocks_for(l.np * l.kp / 8), PREP_THREADS, 0, stream>>>(a.w, a.N, a.K, l.np, l.kp, wq);
         DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());

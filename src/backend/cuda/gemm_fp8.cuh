@@ -38,6 +38,10 @@ struct gemm_fp8_args {
     // x as it is, not fake-quantized (official numerics' BF16 class over an FP8 weight): the products
     // exact from x's three BF16 pieces (hi + mid + lo). The wgmma kernel only.
     bool exact_x = false;
+    // w is plain BF16 [N, K] (a BF16-class weight the checkpoint stores unquantized; scale, fp4 and
+    // the blocks unused), with exact_x: every product exact. The wgmma kernel only.
+    bool bf16_weight = false;
+    bool round_bf16 = false;  // y stored rounded to bf16 (OFFICIAL's output rounding), both kernels
 };
 
 // Many weights of one shape, each over its own rows of x (a prefill's routed experts: rows sorted
@@ -55,6 +59,7 @@ struct gemm_fp8_grouped_args {
     int block_out = 32, block_in = 32;
     bool round_bf16 = false;  // y stored rounded to bf16 (OFFICIAL's output rounding)
     bool exact_x = false;     // as gemm_fp8_args::exact_x; one group only
+    bool bf16_weight = false;  // as gemm_fp8_args::bf16_weight; one group only
     std::vector<gemm_fp8_group> groups;
 };
 

@@ -17,8 +17,8 @@
 //   a stage's x is one 16 KB bulk copy (cp.async.bulk on the stage's mbarrier). With exact_x (the
 //   BF16 class: x not quantized) x's three BF16 pieces hi, mid, lo fill three K segments, against
 //   which the weight image repeats: 3x the MMA work, every product exact.
-// - the weight, one product (IMAGE): a second pre-pass writes it dequantized as the same kind of
-//   image (256-row tiles), a 32 KB bulk copy a stage; 4 stages. Measured fastest for the dense
+// - the weight, one product (IMAGE): a second pre-pass writes it dequantized (a plain BF16 weight:
+//   copied) as the same kind of image (256-row tiles), a 32 KB bulk copy a stage; 4 stages. Measured fastest for the dense
 //   products (wq_b 397 TFLOP/s with the pre-passes; decoding in the kernel, below: 221).
 // - the weight, a group (a layer's experts have no room for BF16 images): the loading warpgroup
 //   reads the checkpoint's bytes (FP8 or MXFP4, 256 rows x 64 k a stage: 16 or 8 KB + scales) with
@@ -195,18 +195,22 @@ __global__ void x_image_kernel(const float *x, const x_tile *tiles, int64_t rows
         o;
 }
 
-// One weight dequantized to BF16 (exact: a code times a power of two) as the operand image of
-// 256-row tiles (the layout x_image_kernel writes), zeros in the padding; 8 k (one 16-byte chunk)
-// per thread. Bytes: N K (1 FP8, 0.5 MXFP4) + N K / 32 scales read, Np Kp 2 written.
-__global__ void w_image_kernel(const uint8_t *w, const uint8_t *scale, bool fp4, int N, int K, int bo, int bi, int64_t np,
-                               int64_t kseg, int pieces, uint8_t *wi) {
+// One weight dequantized to BF16 (exact: a code times a power of two; a BF16 weight as it is) as
+// the operand image of 256-row tiles (the layout x_image_kernel writes), zeros in the padding; 8 k
+// (one 16-byte chunk) per thread. Bytes: N K (1 FP8, 0.5 MXFP4, 2 BF16) + N K / 32 scales read,
+// Np Kp 2 written.
+__global__ void w_image_kernel(const uint8_t *w, const uint8_t *scale, bool fp4, bool bf16, int N, int K, int bo, int bi,
+                               int64_t np, int64_t kseg, int pieces, uint8_t *wi) {
     const int64_t kp = kseg * pieces, per_row = kp / 8;
     const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= np * per_row) return;
     const int64_t n = t / per_row;
     const int kq = int(t % per_row) * 8, k = int(kq % kseg);  // the weight repeats in every K segment
     uint32_t o[4] = {0, 0, 0, 0};
-    if (n < N && k < K) {  // K % 32 == 0: 8 k are all live or all padding
+    if (bf16 && n < N && k < K) {
+        const uint4 p = *reinterpret_cast<const uint4 *>(w + (n * K + k) * 2);
+        o[0] = p.x, o[1] = p.y, o[2] = p.z, o[3] = p.w;
+    } else if (n < N && k < K) {  // K % 32 == 0: 8 k are all live or all padding
         float v[8];
         if (fp4) {
             const float s = dev::e8m0_value(scale[n * (K / 32) + k / 32]);
@@ -566,8 +570,8 @@ static bool single(const gemm_fp8_grouped_args &a) { return a.groups.size() == 1
 
 bool fits(const gemm_fp8_grouped_args &a) {
     const auto pow2 = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
-    return (a.fp4 || (pow2(a.block_out) && pow2(a.block_in))) && int64_t(a.N) * a.K < (int64_t(1) << 31) &&
-           (!a.exact_x || single(a));  // exact x: one product (the groups' in-kernel decode reads K once)
+    return (a.fp4 || a.bf16_weight || (pow2(a.block_out) && pow2(a.block_in))) && int64_t(a.N) * a.K < (int64_t(1) << 31) &&
+           (!(a.exact_x || a.bf16_weight) || single(a));  // one product (the groups' in-kernel decode reads K once)
 }
 
 size_t workspace_bytes(const gemm_fp8_grouped_args &a) {
@@ -594,8 +598,8 @@ Status run(const gemm_fp8_grouped_args &a, void *workspace, cudaStream_t stream)
         P.implicit_rows = g.rows;
         uint8_t *wi = ws + n_tiles * BM * P.kp * 2;
         const int64_t np = round_up(a.N, BN);
-        w_image_kernel<<<blocks_for(np * P.kp / 8), PREP_THREADS, 0, stream>>>(g.w, g.scale, a.fp4, a.N, a.K, a.block_out,
-                                                                               a.block_in, np, kseg, pieces, wi);
+        w_image_kernel<<<blocks_for(np * P.kp / 8), PREP_THREADS, 0, stream>>>(g.w, g.scale, a.fp4, a.bf16_weight, a.N, a.K,
+                                                                               a.block_out, a.block_in, np, kseg, pieces, wi);
         DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
         P.wi = wi;
     } else {
