@@ -700,28 +700,33 @@ Status device_model::run_grouped(const std::vector<grouped_job> &jobs, lin cls) 
 Status device_model::run_linears(const std::vector<linear_job> &jobs, int64_t M, lin cls) const {
     const bool quant_x = official_ && (cls == lin::FP8 || cls == lin::FP4);
     const int act_block = cfg_.fp8_block_in;
-    std::vector<const linear_job *> gemv_jobs;
+    std::vector<const linear_job *> gemv_jobs, dense_jobs;
     for (const linear_job &j : jobs) {
         const dlinear &L = *j.L;
         const bool exact_x = official_ && cls == lin::BF16;  // x unquantized: on sm_90a only
-        if (L.k == dlinear::kind::FP8 && (quant_x || exact_x) && M > GEMV_MAX_ROWS && prefill_gemm_) {
+        // Plain BF16 weights of the BF16 and F32 classes (x unquantized either way; F32 keeps fp32 outputs).
+        const bool bf16_dense = L.k == dlinear::kind::DENSE && L.wd_bf16 && official_ && (cls == lin::BF16 || cls == lin::F32);
+        if ((bf16_dense || (L.k == dlinear::kind::FP8 && (quant_x || exact_x))) && M > GEMV_MAX_ROWS && prefill_gemm_) {
             // Prefill-shaped official products on the tensor cores: the weight read once for all
-            // rows, not once per 16-row GEMV piece. Another summation order than the GEMV's (rows
-            // of a prefill and of a decode step may differ in the last fp32 bit before the bf16
-            // rounding), the same numerics class; the BF16 class (wo_a) takes x exactly, as three
-            // BF16 pieces. Not MXFP4 here (routed_prefill groups the experts instead).
+            // rows, not once per 16-row GEMV piece. Another summation order than the GEMV's or
+            // dense_linear's (rows of a prefill and of a decode step may differ in the last fp32
+            // bit before the bf16 rounding), the same numerics class; the BF16 class (wo_a) and
+            // the plain BF16 weights (compressors, indexer projections, the router) take x
+            // exactly, as three BF16 pieces. Not MXFP4 here (routed_prefill groups the experts).
             cuda::gemm_fp8_args a;
-            a.x = j.x, a.M = int(M), a.K = L.K, a.act_block = act_block, a.exact_x = exact_x;
-            a.w = L.w, a.scale = L.scale, a.N = L.N;
-            a.block_out = L.bo, a.block_in = L.bi, a.y = j.y;
+            a.x = j.x, a.M = int(M), a.K = L.K, a.act_block = act_block;
+            a.exact_x = exact_x || bf16_dense, a.round_bf16 = cls != lin::F32;
+            a.N = L.N, a.y = j.y;
+            if (bf16_dense) {
+                a.w = static_cast<const uint8_t *>(L.wd), a.bf16_weight = true;
+            } else {
+                a.w = L.w, a.scale = L.scale, a.block_out = L.bo, a.block_in = L.bi;
+            }
             dtemp ws = temp(cuda::gemm_fp8_workspace_bytes(a));
             const Status st = cuda::run_gemm_fp8(dev_, a, ws.as<void>(), stream_);
-            if (st.is_ok()) {
-                DS41RT_RETURN_IF_ERROR(cuda::round_bf16_inplace(j.y, M * L.N, stream_));
-                continue;
-            }
+            if (st.is_ok()) continue;
             // A shape or alignment outside the GEMM's contract (refused before any launch): the
-            // GEMV pieces below serve it.
+            // GEMV pieces or dense_linear below serve it.
             if (st.code() != status_code::NOT_SUPPORTED && st.code() != status_code::INVALID_ARGUMENT) return st;
         }
         if (L.k != dlinear::kind::DENSE) {
@@ -738,16 +743,16 @@ Status device_model::run_linears(const std::vector<linear_job> &jobs, int64_t M,
             xin = xq.f();
         }
         DS41RT_RETURN_IF_ERROR(cuda::dense_linear(xin, L.wd, L.wd_bf16, j.y, M, L.N, L.K, stream_));
+        dense_jobs.push_back(&j);
     }
     // The GEMV takes 16 rows a matrix; longer inputs (prefill chunks) go in pieces.
     std::vector<cuda::gemv_matrix> pieces;
     for (int64_t m0 = 0; m0 < M; m0 += GEMV_MAX_ROWS)
         for (const linear_job *j : gemv_jobs) pieces.push_back(gemv_piece(*j, m0, M, quant_x, cls));
     DS41RT_RETURN_IF_ERROR(run_gemv_pieces(pieces));
-    // The GEMV rounded its outputs itself (round_bf16_out); only the dense jobs need the pass.
+    // The GEMV and the GEMM rounded their outputs themselves; only dense_linear's need the pass.
     if (official_ && cls != lin::F32)
-        for (const linear_job &j : jobs)
-            if (j.L->k == dlinear::kind::DENSE) DS41RT_RETURN_IF_ERROR(cuda::round_bf16_inplace(j.y, M * j.L->N, stream_));
+        for (const linear_job *j : dense_jobs) DS41RT_RETURN_IF_ERROR(cuda::round_bf16_inplace(j->y, M * j->L->N, stream_));
     return Status::ok();
 }
 
