@@ -12,23 +12,25 @@
 // cost: the BF16 rate (measured 744 TFLOP/s on the H200, 58% of FP8's 1,278).
 //
 // Shape: 384 threads, three warpgroups.
-// - x: a pre-pass writes the fake-quantized rows as BF16, tile-major (128-row tiles of 64 k) and
-//   already in the 128-byte swizzle wgmma reads (16-byte chunk c of row r at chunk c ^ (r % 8)), so
-//   a stage's x is one 16 KB bulk copy (cp.async.bulk on the stage's mbarrier). With exact_x (the
+// - x: a pre-pass writes the fake-quantized rows as BF16, tile-major (128-row tiles of 64 k; 256
+//   for groups) and already in the 128-byte swizzle wgmma reads (16-byte chunk c of row r at chunk
+//   c ^ (r % 8)), so a stage's x is one 16 KB (groups: 32 KB) bulk copy (cp.async.bulk on the
+//   stage's mbarrier). With exact_x (the
 //   BF16 class: x not quantized) x's three BF16 pieces hi, mid, lo fill three K segments, against
 //   which the weight image repeats: 3x the MMA work, every product exact.
 // - the weight, one product (IMAGE): a second pre-pass writes it dequantized (a plain BF16 weight:
-//   copied) as the same kind of image (256-row tiles), a 32 KB bulk copy a stage; 4 stages. Measured fastest for the dense
-//   products (wq_b 397 TFLOP/s with the pre-passes; decoding in the kernel, below: 221).
+//   copied) as the same kind of image (256-row tiles), a 32 KB bulk copy a stage; 4 stages.
+//   Measured fastest for the dense products (wq_b 397 TFLOP/s with the pre-passes; decoding in the
+//   kernel, below: 221).
 // - the weight, a group (a layer's experts have no room for BF16 images): the loading warpgroup
-//   reads the checkpoint's bytes (FP8 or MXFP4, 256 rows x 64 k a stage: 16 or 8 KB + scales) with
+//   reads the checkpoint's bytes (FP8 or MXFP4, 128 rows x 64 k a stage: 8 or 4 KB + scales) with
 //   cp.async into a 4-stage raw ring and decodes them to BF16 into the operand stage (E4M3 -> f16 ->
 //   f32 by the converts, times the power-of-two scale, -> BF16; E2M1 -> BF16 by byte permutes and a
 //   bf16x2 multiply by the scale: exact); 3 stages. That decode (one warp in three) bounds it.
-// - two MMA warpgroups of 64 x 256 outputs: per stage and half of the columns, four m64n128k16
-//   wgmmas sum the stage's 64 k from zero, and the partial is added into fp32 accumulators (round
-//   to nearest; the tensor cores' own running sum truncates, which over K = 8192 drifted to 1e-5
-//   relative, measured). A warp frees a stage on its empty mbarrier once its wgmmas completed; no
+// - two MMA warpgroups of 64 x 256 outputs (groups: 128 x 128): per stage and half of the columns
+//   (groups: of the rows), four m64n128k16 wgmmas sum the stage's 64 k from zero, and the partial
+//   is added into fp32 accumulators (round to nearest; the tensor cores' own running sum
+//   truncates, which over K = 8192 drifted to 1e-5 relative, measured). A warp frees a stage on its empty mbarrier once its wgmmas completed; no
 //   block-wide barrier in the loop, so one warpgroup's adds overlap the other's MMAs.
 // A block is one job: one product's 128-row x tile against 256 weight rows; for a group a 256-row
 // x tile against 128 weight rows (each warpgroup 128 rows in two halves), so that a decoded weight
