@@ -130,6 +130,18 @@ void compare_rows(const std::vector<float> &got, const std::vector<float> &ref, 
     EXPECT_LE(rel, 1e-5) << what;
 }
 
+// Runs g (exact_x: x taken as it is) and checks every row against x times the dequantized weight.
+void check_unquantized_x(gpu_case &g, const std::vector<float> &x, const testing_util::quant_weight &q,
+                         const std::string &what) {
+    const int M = g.args().M, N = g.args().N, K = g.args().K;
+    const std::vector<float> y = g.run();
+    std::vector<float> ref(size_t(M) * N);
+    cpu::matmul_nt(x.data(), q.dequant.data(), ref.data(), M, N, K);
+    std::vector<int> rows(static_cast<size_t>(M), 0);
+    for (int m = 0; m < M; m++) rows[size_t(m)] = m;
+    compare_rows(y, ref, rows, N, what);
+}
+
 class CudaGemmFp8 : public ::testing::Test {
 protected:
     void SetUp() override {
@@ -252,12 +264,7 @@ TEST_F(CudaGemmFp8, exact_x) {
             EXPECT_EQ(cuda::run_gemm_fp8(dev_, g.args(), nullptr, 0).code(), status_code::NOT_SUPPORTED);
             continue;
         }
-        const std::vector<float> y = g.run();
-        std::vector<float> ref(size_t(M) * N);
-        cpu::matmul_nt(x.data(), q.dequant.data(), ref.data(), M, N, K);
-        std::vector<int> rows(static_cast<size_t>(M), 0);
-        for (int m = 0; m < M; m++) rows[size_t(m)] = m;
-        compare_rows(y, ref, rows, N, "exact x " + s.what());
+        check_unquantized_x(g, x, q, "exact x " + s.what());
     }
 }
 
@@ -302,12 +309,7 @@ TEST_F(CudaGemmFp8, bf16_weights) {
                 EXPECT_EQ(cuda::run_gemm_fp8(dev_, g.args(), nullptr, 0).code(), status_code::NOT_SUPPORTED) << s.what();
                 continue;
             }
-            const std::vector<float> y = g.run();
-            std::vector<float> ref(size_t(M) * N);
-            cpu::matmul_nt(x.data(), q.dequant.data(), ref.data(), M, N, K);
-            std::vector<int> rows(static_cast<size_t>(M), 0);
-            for (int m = 0; m < M; m++) rows[size_t(m)] = m;
-            compare_rows(y, ref, rows, N, "bf16 weight, exact x " + s.what());
+            check_unquantized_x(g, x, q, "bf16 weight, exact x " + s.what());
         }
     }
 }
