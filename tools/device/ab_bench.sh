@@ -3,7 +3,8 @@
 # card's state drifts between runs by about as much as a small change moves C1), each bundle
 # made by ab_bundle.sh. Prints every run's decode lines; the full logs go to OUT.
 # Usage: tools/device/ab_bench.sh OUT A.tar.xz B.tar.xz [ROUNDS] (env MODEL v41 | v4, LAYERS 16,
-# STEPS 32, CONC 1,16; EXTRA: more bench arguments)
+# STEPS 32, CONC 1,16, PREFILL: prompt lengths, e.g. 2048,8192 (default none), each printed with
+# its largest sections; EXTRA: more bench arguments)
 set -uo pipefail
 OUT=${1:?usage: ab_bench.sh OUT A.tar.xz B.tar.xz [ROUNDS]}
 A=${2:?}; B=${3:?}; ROUNDS=${4:-2}
@@ -20,9 +21,10 @@ for r in $(seq "$ROUNDS"); do
   for side in a b; do
     log="$OUT/bench-$side-$r.log"
     LD_LIBRARY_PATH="$W/$side/d/lib${NCCL_LIB:+:$NCCL_LIB}" "$W/$side/d/ds41rt" bench --model-type "${MODEL:-v41}" --layers "${LAYERS:-16}" --decode-steps "${STEPS:-32}" \
-      --concurrency "${CONC:-1,16}" --prefill '' --out "$W/json-$side-$r" ${EXTRA:-} > "$log" 2>&1
+      --concurrency "${CONC:-1,16}" --prefill "${PREFILL:-}" --out "$W/json-$side-$r" ${EXTRA:-} > "$log" 2>&1
     echo "== $side round $r"
     grep "bench: decode" "$log"
+    [ -z "${PREFILL:-}" ] || sed -n '/^| prefill tokens/,$p' "$W/json-$side-$r/bench.md" | tail -n +3 | tee -a "$log"
   done
 done
 rm -rf "$W"
