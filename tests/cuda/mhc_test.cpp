@@ -2,8 +2,9 @@
 // only core and backend/cpu) at V4.1's shape: hc 4 streams of 5120 (flat 20480), 24 mixes,
 // Sinkhorn 20 iterations, eps 1e-6 (hc_eps) and 1e-20 (norm_eps); decode batch of 16 tokens.
 // Tolerances:
-//  - hc_project: bit-exact, at S = 1, 16 and a prefill-sized 512, both orders, plus a ragged
-//    flat 1001 / n_out 7 (the element-load path and the padded tiles). Both sides sum exact
+//  - hc_project: bit-exact, at S = 1, 16 and a prefill-sized 512 (fold after: the prefill kernel
+//    on the fp64 tensor cores), both orders, plus a ragged flat 1001 / n_out 7 (the element-load
+//    path and the padded tiles) and the prefill kernel's ragged edges (S 200, flat 1000). Both sides sum exact
 //    fp32 x fp32 products in fp64 and round once; the orders differ, so a mismatch needs an
 //    exact sum within ~2^-29 relative of an fp32 rounding boundary (a host emulation of the
 //    GPU's order with these seeds, S 16 and 512, both orders: 0 mismatches of 25344). A
@@ -17,7 +18,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "backend/cuda/mhc.cuh"
 #include "engine/mhc.h"
@@ -98,12 +101,29 @@ TEST_F(CudaMhc, ProjectIsBitExact) {
     for (int64_t rs : {int64_t(3), int64_t(5)})
         for (bool fold : {true, false})
             check_project(testing_util::random_normal(size_t(rs * rf), uint32_t(9 + rs)), rs, rf, rfn, rn, fold);
+    // The prefill kernel (fold after, S >= 128) with a ragged last block of tokens, flat not a
+    // multiple of its 64-k step, and padded outputs.
+    const int64_t pf = 1000, ps = 200;
+    Tensor pfn = Tensor::f32({rn, pf});
+    const std::vector<float> pw = testing_util::random_normal(size_t(rn * pf), 10);
+    for (int64_t i = 0; i < rn * pf; i++) pfn.f()[i] = 0.03f * pw[size_t(i)];
+    check_project(testing_util::random_normal(size_t(ps * pf), 11), ps, pf, pfn, rn, true);
 
     dev_vec<float> dX(X), dfn(std::vector<float>(fn.f(), fn.f() + N_MIX * FLAT)), dm(size_t(S * N_MIX));
     for (int64_t s : {int64_t(1), S})
         testing_util::print_timing("hc_project [" + std::to_string(s) + ", 20480] x 24", double(s + N_MIX) * FLAT * 4, [&] {
             (void)cuda::hc_project(dX.p, s, FLAT, dfn.p, N_MIX, 1e-20f, true, dm.p, nullptr);
         });
+    // A prefill chunk, on each kernel (DS41RT_MHC_DMMA_MIN_S picks): information only.
+    const int64_t SP = 8192;
+    dev_vec<float> dXp(testing_util::random_normal(size_t(SP * FLAT), 12)), dmp(size_t(SP * N_MIX));
+    for (const auto &[min_s, kernel] : {std::pair{"128", "fp64 tensor cores"}, std::pair{"1000000000", "clusters"}}) {
+        setenv("DS41RT_MHC_DMMA_MIN_S", min_s, 1);
+        testing_util::print_timing(
+            std::string("hc_project [8192, 20480] x 24, ") + kernel, double(SP + N_MIX) * FLAT * 4,
+            [&] { (void)cuda::hc_project(dXp.p, SP, FLAT, dfn.p, N_MIX, 1e-20f, true, dmp.p, nullptr); }, 10);
+    }
+    unsetenv("DS41RT_MHC_DMMA_MIN_S");
 }
 
 // hc 4 (V4.1 / V4) runs the warp-per-token kernel, hc 3 the thread-per-token one: both against the

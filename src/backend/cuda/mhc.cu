@@ -2,9 +2,11 @@
 
 #include <cooperative_groups.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/dmma.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/numerics.cuh"
 
@@ -159,6 +161,100 @@ __global__ void __cluster_dims__(P_CL, 1, 1) __launch_bounds__(P_THREADS)
     cl.sync();  // the other ranks' shared memory must outlive rank 0's reads
 }
 
+// hc_project for prefill (fold_after, S >= dmma_min_s()): m = X fn^T on the fp64 tensor cores, a
+// GEMM of S x n_out (<= 32) over flat. project_kernel's clusters are shaped for one token: at 8192
+// tokens it took 1.4 ms for 6.7 GFLOP (H200, session 12), reading X four times. Here a block takes
+// 32 tokens x 32 outputs and streams its X rows once, 64 k a step, staged as fp64; each warp 16
+// tokens x 16 outputs (two m16n8k4 a k4 step). Sums of squares: thread (row, quad) adds its
+// quads' squares in k order, the 16 quads of a row then in quad order. Order: fixed by flat alone
+// (not S), another one than project_kernel's; both are fp64 sums of exact products rounded once,
+// so they differ only where an exact sum sits within ~2^-29 of an fp32 rounding boundary.
+// Bytes: S flat 4 once + fn from L2 per block; FLOPs 2 S flat (n_out + 1).
+constexpr int PD_TOK = 32, PD_OUT = 32, PD_K = 64, PD_THREADS = 128, PD_P = PD_K + 4;  // pitch: 4 mod 16 doubles
+constexpr int PD_QUADS = PD_K / 4, PD_ROWS = PD_THREADS / PD_QUADS, PD_U = PD_TOK / PD_ROWS;  // a thread: PD_U rows' quad
+static_assert(PD_TOK == PD_OUT && PD_TOK % PD_ROWS == 0, "x and fn tiles are staged alike");
+
+__global__ void __launch_bounds__(PD_THREADS)
+    project_dmma_kernel(const float *X, int64_t S, int64_t flat, const float *fn, int64_t n_out, float eps, float *m) {
+    __shared__ __align__(16) double x_s[PD_TOK * PD_P], f_s[PD_OUT * PD_P];
+    __shared__ double ss_s[PD_TOK][PD_QUADS];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int64_t s0 = int64_t(blockIdx.x) * PD_TOK;
+    // Staging: thread tid holds quad tid % PD_QUADS of rows tid / PD_QUADS + PD_ROWS u of each step.
+    const int quad = tid % PD_QUADS, row0 = tid / PD_QUADS;
+    const float *xr[PD_U], *fr[PD_U];
+    bool xlive[PD_U], flive[PD_U];
+#pragma unroll
+    for (int u = 0; u < PD_U; u++) {
+        const int row = row0 + PD_ROWS * u;
+        xlive[u] = s0 + row < S, flive[u] = row < n_out;
+        xr[u] = X + (xlive[u] ? s0 + row : 0) * flat + 4 * quad;
+        fr[u] = fn + (flive[u] ? row : 0) * flat + 4 * quad;
+    }
+    float4 xv[PD_U], fv[PD_U];
+    auto fetch = [&](int64_t k0) {
+        const bool k_live = k0 + 4 * quad < flat;  // flat % 4 == 0: a quad is all in or all out
+#pragma unroll
+        for (int u = 0; u < PD_U; u++) {
+            xv[u] = xlive[u] && k_live ? __ldg(reinterpret_cast<const float4 *>(xr[u] + k0)) : make_float4(0, 0, 0, 0);
+            fv[u] = flive[u] && k_live ? __ldg(reinterpret_cast<const float4 *>(fr[u] + k0)) : make_float4(0, 0, 0, 0);
+        }
+    };
+    const int wm0 = (warp & 1) * 16, wn0 = (warp >> 1) * 16;
+    double acc[2][2][2] = {}, ss[PD_U] = {};
+    fetch(0);
+    for (int64_t k0 = 0; k0 < flat; k0 += PD_K) {
+#pragma unroll
+        for (int u = 0; u < PD_U; u++) {
+            const int row = row0 + PD_ROWS * u;
+            reinterpret_cast<double2 *>(x_s + row * PD_P + 4 * quad)[0] = make_double2(xv[u].x, xv[u].y);
+            reinterpret_cast<double2 *>(x_s + row * PD_P + 4 * quad)[1] = make_double2(xv[u].z, xv[u].w);
+            reinterpret_cast<double2 *>(f_s + row * PD_P + 4 * quad)[0] = make_double2(fv[u].x, fv[u].y);
+            reinterpret_cast<double2 *>(f_s + row * PD_P + 4 * quad)[1] = make_double2(fv[u].z, fv[u].w);
+            // Products of two floats are exact in fp64: fma adds exactly the product.
+            ss[u] = fma(double(xv[u].x), double(xv[u].x), ss[u]);
+            ss[u] = fma(double(xv[u].y), double(xv[u].y), ss[u]);
+            ss[u] = fma(double(xv[u].z), double(xv[u].z), ss[u]);
+            ss[u] = fma(double(xv[u].w), double(xv[u].w), ss[u]);
+        }
+        __syncthreads();
+        if (k0 + PD_K < flat) fetch(k0 + PD_K);
+#pragma unroll
+        for (int s = 0; s < PD_K / 4; s++) {
+            const double a0 = x_s[(wm0 + g) * PD_P + 4 * s + t], a1 = x_s[(wm0 + 8 + g) * PD_P + 4 * s + t];
+#pragma unroll
+            for (int n = 0; n < 2; n++) dmma2(acc[0][n], acc[1][n], a0, a1, f_s[(wn0 + 8 * n + g) * PD_P + 4 * s + t]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int u = 0; u < PD_U; u++) ss_s[row0 + PD_ROWS * u][quad] = ss[u];
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = wm0 + 8 * h + g;
+        if (s0 + r >= S) continue;
+        double tot = 0;
+        for (int q = 0; q < PD_QUADS; q++) tot += ss_s[r][q];
+        // cpu::dot rounds the sum of squares to fp32 before the mean (engine hc_project).
+        const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(float(double(float(tot)) / double(flat)), eps)));
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int64_t j = wn0 + 8 * n + 2 * t + e;
+                if (j < n_out) m[(s0 + r) * n_out + j] = __fmul_rn(float(acc[h][n][e]), rs);
+            }
+    }
+}
+
+// Tokens from which a fold_after projection takes project_dmma_kernel (DS41RT_MHC_DMMA_MIN_S
+// overrides; a very large value keeps project_kernel, for comparing).
+int64_t dmma_min_s() {
+    const char *e = std::getenv("DS41RT_MHC_DMMA_MIN_S");
+    return e && *e ? std::atoll(e) : 128;
+}
+
 __device__ __forceinline__ float exp_f(float x) { return float(exp(double(x))); }
 __device__ __forceinline__ float sigmoid_f(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, exp_f(-x))); }
 
@@ -299,6 +395,11 @@ Status hc_project(const float *X, int64_t S, int64_t flat, const float *fn, int6
     if (!X || !fn || !m) return bad("hc_project", "null pointer");
     const bool vec = flat % 4 == 0 && (reinterpret_cast<uintptr_t>(X) & 15u) == 0 &&
                      (reinterpret_cast<uintptr_t>(fn) & 15u) == 0;
+    if (fold_after && vec && n_out <= PD_OUT && S >= dmma_min_s()) {
+        project_dmma_kernel<<<unsigned((S + PD_TOK - 1) / PD_TOK), PD_THREADS, 0, stream>>>(X, S, flat, fn, n_out, eps, m);
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+        return Status::ok();
+    }
     const dim3 grid{unsigned(groups * P_CL), unsigned(tiles)};
     const auto kernel = vec ? (p_out == P_OUT_WIDE ? project_kernel<true, P_OUT_WIDE> : project_kernel<true, P_OUT_NARROW>)
                             : (p_out == P_OUT_WIDE ? project_kernel<false, P_OUT_WIDE> : project_kernel<false, P_OUT_NARROW>);

@@ -14,9 +14,10 @@
 namespace ds41rt::backend::cuda {
 
 // m[s, j] = rms(X[s]) . fn[j] over the flattened streams X [S, flat], fn [n_out, flat]; dot
-// products and sums of squares in fp64 over exact fp32 products, in one order fixed by flat
-// (mhc.cu; not by S), rounded once: bit-equal to engine::hc_project except where an exact sum
-// sits within ~2^-29 relative of an fp32 rounding boundary. fold_after: the reference's order
+// products and sums of squares in fp64 over exact fp32 products, in an order fixed by flat
+// (mhc.cu; with fold_after, S of 128 or more takes another kernel and order, the fp64 tensor
+// cores'), rounded once: bit-equal to engine::hc_project except where an exact sum sits within
+// ~2^-29 relative of an fp32 rounding boundary. fold_after: the reference's order
 // (product, then times 1 / sqrt(float(float(sum X^2) / flat) + eps)); otherwise transformers'
 // (normalize X in fp32 first). m: [S, n_out]. S <= 262140.
 Status hc_project(const float *X, int64_t S, int64_t flat, const float *fn, int64_t n_out, float eps, bool fold_after,
