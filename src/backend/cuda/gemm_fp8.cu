@@ -38,6 +38,7 @@
 #include <string>
 
 #include "backend/cuda/block_quant.cuh"
+#include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/gemm_fp8_layout.h"
 #include "backend/cuda/gemm_fp8_sm90.cuh"
@@ -134,14 +135,6 @@ __global__ void decode_fp4_kernel(const uint8_t *w, int N, int K, int64_t np, in
     }
     *reinterpret_cast<uint2 *>(wq + n * kp + k) = make_uint2(lo, hi);
 }
-
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
-    const unsigned d = unsigned(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const uint8_t *p) {
     const unsigned a = unsigned(__cvta_generic_to_shared(p));

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/numerics.cuh"
 #include "backend/cuda/pdl.cuh"
 
@@ -96,27 +97,6 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// 16 bytes global -> shared without registers; src_bytes = 0 writes zeros (rows past N, k past
-// the slice). Weights are read once per token: .cg keeps them out of L1.
-// L2HINT: the .L2::256B qualifier lets L2 fetch the whole 256-byte block around each request, so
-// the next 128-byte stage of a row is on its way from HBM before its own copy is issued (more
-// bytes in flight at no register or shared-memory cost; the data copied is the same).
-template <bool L2HINT = false>
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
-    const unsigned d = unsigned(__cvta_generic_to_shared(dst));
-    if constexpr (L2HINT)
-        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes));
-    else
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes));
-}
-// 4 bytes global -> shared (the MXFP4 scale rows).
-__device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_bytes) {
-    const unsigned d = unsigned(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 
 // x for the tensor cores (split_x_rows; gemv.cu runs one job per blockIdx.y).
 //  reference: for each 4 consecutive k, one 16-byte word {hi(k, k+1), hi(k+2, k+3), lo(k, k+1),
