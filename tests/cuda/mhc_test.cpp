@@ -12,7 +12,8 @@
 //    still checked so a report shows how far off it was.
 //  - hc_split_sinkhorn: the same fp32 steps except exp (fp64 rounded vs glibc expf, <= 1 ulp
 //    apart), carried through 20 normalizations: 1e-5 relative.
-//  - hc_collapse / hc_expand, fed the CPU's mixes: bit-exact (sequential fp32, no FMA).
+//  - hc_collapse / hc_expand / hc_expand_sum, fed the CPU's mixes: bit-exact (sequential fp32, no
+//    FMA; the sum's add is the engine's fp32 add, bf16-rounded with the streams).
 // Bit mismatches are printed for all four. Outputs are poisoned with NaN (expand works in place
 // and is checked on every element).
 #include <gtest/gtest.h>
@@ -188,6 +189,21 @@ TEST_F(CudaMhc, CollapseAndExpandAreBitExact) {
         EXPECT_EQ(bc + be, 0u);
         std::printf("[ info ] hc_collapse / hc_expand [%lld, %d, %lld]%s: mismatches %zu / %zu\n", (long long)S, HC,
                     (long long)D, rb ? " bf16" : "", bc, be);
+
+        // hc_expand_sum: y = a + b rounded as the engine's add, then the same expand.
+        const std::vector<float> a = testing_util::random_normal(size_t(S * D), 7);
+        std::vector<float> ysum(size_t(S * D));
+        for (size_t i = 0; i < ysum.size(); i++) ysum[i] = rb ? round_bf16(a[i] + y[i]) : a[i] + y[i];
+        std::vector<float> Xsum = X;
+        engine::hc_expand(Xsum.data(), ysum.data(), mx, S, HC, D);
+        if (rb)
+            for (auto &v : Xsum) v = round_bf16(v);
+        dev_vec<float> dX2(X), da(a);
+        ASSERT_TRUE(cuda::hc_expand_sum(dX2.p, da.p, dy.p, dpost.p, dcomb.p, S, HC, D, rb, nullptr).is_ok());
+        const size_t bs = testing_util::bit_mismatches(dX2.download(), Xsum, "hc_expand_sum");
+        EXPECT_EQ(bs, 0u);
+        std::printf("[ info ] hc_expand_sum [%lld, %d, %lld]%s: mismatches %zu\n", (long long)S, HC, (long long)D,
+                    rb ? " bf16" : "", bs);
     }
 }
 

@@ -358,9 +358,11 @@ __global__ void collapse_kernel(const float *X, const float *pre, int64_t S, int
 }
 
 // One thread per (s, d) reads the hc old stream values, then writes the hc new ones (so in
-// place is safe). Bytes per call: S * D * (2 hc + 1) * 4.
-__global__ void expand_kernel(float *X, const float *y, const float *post, const float *comb, int64_t S, int hc,
-                              int64_t D, bool rb) {
+// place is safe). SUM: y is y + y_add first, rounded as add_rows rounds it. Bytes per call:
+// S * D * (2 hc + 1 [+ 1]) * 4.
+template <bool SUM>
+__global__ void expand_kernel(float *X, const float *y, const float *y_add, const float *post, const float *comb,
+                              int64_t S, int hc, int64_t D, bool rb) {
     pdl_enter();
     const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= S * D) return;
@@ -368,7 +370,11 @@ __global__ void expand_kernel(float *X, const float *y, const float *post, const
     float res[MAX_HC];
     for (int j = 0; j < hc; j++) res[j] = X[(s * hc + j) * D + d];
     const float *C = comb + s * hc * hc;
-    const float yv = y[t];
+    float yv = y[t];
+    if constexpr (SUM) {
+        yv = __fadd_rn(yv, y_add[t]);
+        if (rb) yv = dev::round_bf16(yv);
+    }
     for (int k = 0; k < hc; k++) {
         float acc = 0;
         for (int j = 0; j < hc; j++) acc = __fadd_rn(acc, __fmul_rn(C[j * hc + k], res[j]));
@@ -450,7 +456,22 @@ Status hc_expand(float *X, const float *y, const float *post, const float *comb,
         return bad("hc_expand", "S " + std::to_string(S) + ", hc " + std::to_string(hc) + " (1..8), D " + std::to_string(D));
     if (S == 0) return Status::ok();
     if (!X || !y || !post || !comb) return bad("hc_expand", "null pointer");
-    (void)launch_pdl(expand_kernel, blocks_for(S * D), THREADS, 0, stream, X, y, post, comb, S, hc, D, round_bf16);
+    const float *none = nullptr;
+    (void)launch_pdl(expand_kernel<false>, blocks_for(S * D), THREADS, 0, stream, X, y, none, post, comb, S, hc, D,
+                     round_bf16);
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return Status::ok();
+}
+
+Status hc_expand_sum(float *X, const float *a, const float *b, const float *post, const float *comb, int64_t S, int hc,
+                     int64_t D, bool round_bf16, cudaStream_t stream) {
+    if (S < 0 || hc <= 0 || hc > MAX_HC || D <= 0)
+        return bad("hc_expand_sum",
+                   "S " + std::to_string(S) + ", hc " + std::to_string(hc) + " (1..8), D " + std::to_string(D));
+    if (S == 0) return Status::ok();
+    if (!X || !a || !b || !post || !comb) return bad("hc_expand_sum", "null pointer");
+    (void)launch_pdl(expand_kernel<true>, blocks_for(S * D), THREADS, 0, stream, X, a, b, post, comb, S, hc, D,
+                     round_bf16);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }

@@ -36,5 +36,10 @@ Status hc_collapse(const float *X, const float *pre, int64_t S, int hc, int64_t 
 // In place. round_bf16: OFFICIAL's bf16 streams.
 Status hc_expand(float *X, const float *y, const float *post, const float *comb, int64_t S, int hc, int64_t D,
                  bool round_bf16, cudaStream_t stream);
+// hc_expand of y = a + b (fp32, then bf16 when round_bf16: add_rows' bits), in one launch: a
+// sublayer's two outputs (routed and shared experts) go into the streams without their sum
+// being written first.
+Status hc_expand_sum(float *X, const float *a, const float *b, const float *post, const float *comb, int64_t S, int hc,
+                     int64_t D, bool round_bf16, cudaStream_t stream);
 
 }  // namespace ds41rt::backend::cuda

@@ -17,7 +17,7 @@ struct step_bufs {
     dtemp X, x, y;       // hc streams [S, hc, dim]; the collapsed row and a sublayer's output [S, dim]
     dtemp qr, q, kv, o;  // attention: [S, q_lora_rank], [S, H, hd], [S, hd], [S, H, hd]
     hc_mix_dev am, fm;   // the mHC mixes of the attention and FFN sites
-    dtemp pre_mix;       // [S, hc] the collapse weights the next site reads (V4.1)
+    dtemp pre_mix;       // [S, hc] the first site's collapse weights, one-hot (V4.1; later sites read fm.pre)
     dtemp xs, sx;        // x's GEMV split (backend/cuda gemv_split) when S <= 16: [S, dim] E4M3, [dim / 32, 16]
     dtemp pos, ids;      // [S] positions (int64) and token ids (int32)
 };

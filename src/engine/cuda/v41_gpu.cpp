@@ -303,6 +303,13 @@ private:
     Result<cuda::gemv_split> collapse_norm(const step_bufs &b, const float *pre, const float *w, bool want_split = true) const {
         return m_->hc_collapse_norm(b.X.f(), pre, b.S, w, b.x.f(), want_split ? b.xs.as<uint8_t>() : nullptr, b.sx.f());
     }
+    // An mHC site's mixes of b.X into out, on the scope's side branch where the step may fork
+    // (not when profiled: sections are events on one stream).
+    Status site_mixes(side_scope &side, const step_bufs &b, const float *fn, const float *scale, const float *base,
+                      const hc_mix_dev &out) const {
+        auto mixes = [&] { return m_->hc_mixes(b.X.f(), b.S, fn, scale, base, out); };
+        return prof_.on() ? mixes() : side.fork(mixes);
+    }
     Status rope(float *x, int64_t rows, int64_t dim, const int64_t *pos, int64_t per_pos, const float *inv,
                 bool inverse) const {
         return cuda::rope_tail_rows(x, rows, dim, pos, per_pos, inv, n_pairs_, inverse, official_, st());
@@ -577,12 +584,15 @@ private:
     }
 
     // ---- MoE (spec 4.10) ----
+    struct moe_out {
+        dtemp routed, shared;  // [S, D] each; the sublayer's output is their sum
+    };
     // A layer on expert workers (experts/remote over TCP): the rows come to the host, every TP rank
     // gets the same request, and the shared expert runs on the GPU while they work; their partials
     // (added in FP32 in rank order) come back as the routed sum. ids, wts: the routes on the
     // device.
     Status moe_remote(const layer_dev &L, int layer, const float *x, int64_t S, const dtemp &ids, const dtemp &wts,
-                      float *out) const {
+                      moe_out *out) const {
         const int64_t D = c_.dim;
         dtemp sh = m_->temp_f32(S * D), accd = m_->temp_f32(S * D);
 #ifdef DS41RT_HAVE_NCCL
@@ -600,9 +610,7 @@ private:
             // watched by its synchronisation at the end (the sync watch).
             if (!graphed_) DS41RT_RETURN_IF_ERROR(nccl_->wait());
             end();
-            begin("moe.remote-combine");
-            DS41RT_RETURN_IF_ERROR(cuda::add_rows(accd.f(), sh.f(), out, S * D, official_, st()));
-            end();
+            *out = {std::move(accd), std::move(sh)};
             return Status::ok();
         }
 #endif
@@ -622,8 +630,8 @@ private:
         end();
         begin("moe.remote-combine");
         DS41RT_RETURN_IF_ERROR(m_->to_device(accd.f(), acc.data(), acc.size() * sizeof(float)));
-        DS41RT_RETURN_IF_ERROR(cuda::add_rows(accd.f(), sh.f(), out, S * D, official_, st()));
         end();
+        *out = {std::move(accd), std::move(sh)};
         return Status::ok();
     }
 
@@ -660,7 +668,9 @@ private:
     // local experts at decode sizes (routed_decode reads the routes on the device).
     bool moe_on_device(const layer_dev &L, int64_t S) const { return !L.remote && S <= cuda::MOE_MAX_ROWS; }
 
-    Status moe(const layer_dev &L, int layer, const float *x, int64_t S, float *out, const cuda::gemv_split &xsplit) const {
+    // The MoE of x [S, D]: the routed sum and the shared expert's output, left for the caller to add
+    // (hc_expand_sum adds them as it expands the streams).
+    Status moe(const layer_dev &L, int layer, const float *x, int64_t S, moe_out *out, const cuda::gemv_split &xsplit) const {
         const int64_t D = c_.dim, K = c_.n_activated_experts;
         begin("moe.router+shared");
         // The shared expert on a side branch, beside the router and the routed experts, when
@@ -716,10 +726,9 @@ private:
             DS41RT_RETURN_IF_ERROR(
                 routed_.run(*m_, layer, L.moe, x, ids.as<int32_t>(), wts.f(), S, int(K), acc.f()));
         }
-        // The routed sum plus the shared expert, one rounding.
         DS41RT_RETURN_IF_ERROR(branch.join());
-        DS41RT_RETURN_IF_ERROR(cuda::add_rows(acc.f(), sh.f(), out, S * D, official_, st()));
         end();
+        *out = {std::move(acc), std::move(sh)};
         return Status::ok();
     }
 
@@ -802,14 +811,18 @@ private:
                 DS41RT_RETURN_IF_ERROR(engram(L, engram_k++, B, b.X.f()));
                 end();
             }
-            // The attention site's mixes and collapse, and the projections.
+            // The attention site's mixes and collapse, and the projections. The collapse reads the
+            // previous site's pre mix (the first site's one-hot), so this site's mixes are only
+            // needed at its expand: they run beside the collapse and the projections.
             DS41RT_RETURN_IF_ERROR(frame.piece(size_t(2 * l), [&]() -> Status {
                 begin("mhc+norm");
-                DS41RT_RETURN_IF_ERROR(m_->hc_mixes(b.X.f(), S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, b.am));
-                auto xsplit = collapse_norm(b, b.pre_mix.f(), L.attn_norm);
+                side_scope mixes(mix_side_, *m_);
+                DS41RT_RETURN_IF_ERROR(site_mixes(mixes, b, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, b.am));
+                auto xsplit = collapse_norm(b, l == 0 ? b.pre_mix.f() : b.fm.pre.f(), L.attn_norm);
                 if (!xsplit) return xsplit.status();
                 end();
-                return attn_qkv(L, l, b, b.pos.as<int64_t>(), *xsplit);
+                DS41RT_RETURN_IF_ERROR(attn_qkv(L, l, b, b.pos.as<int64_t>(), *xsplit));
+                return mixes.join();
             }));
             DS41RT_RETURN_IF_ERROR(attn_core(L, l, B, b, shs));
             // The output projection, the FFN site and the MoE: a graph when the routed experts run
@@ -819,16 +832,19 @@ private:
                 begin("mhc+norm");
                 DS41RT_RETURN_IF_ERROR(
                     cuda::hc_expand(b.X.f(), b.y.f(), b.am.post.f(), b.am.comb.f(), S, hc, D, official_, st()));
-                DS41RT_RETURN_IF_ERROR(m_->hc_mixes(b.X.f(), S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, b.fm));
+                // The FFN site's mixes beside its collapse and the MoE, as at the attention site;
+                // their pre mix is the next site's (the next layer's attention collapse, or the head's).
+                side_scope mixes(mix_side_, *m_);
+                DS41RT_RETURN_IF_ERROR(site_mixes(mixes, b, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, b.fm));
                 auto xsplit = collapse_norm(b, b.am.pre.f(), L.ffn_norm);
                 if (!xsplit) return xsplit.status();
                 end();
-                DS41RT_RETURN_IF_ERROR(moe(L, l, b.x.f(), S, b.y.f(), *xsplit));
+                moe_out mo;
+                DS41RT_RETURN_IF_ERROR(moe(L, l, b.x.f(), S, &mo, *xsplit));
+                DS41RT_RETURN_IF_ERROR(mixes.join());
                 begin("mhc+norm");
-                DS41RT_RETURN_IF_ERROR(
-                    cuda::hc_expand(b.X.f(), b.y.f(), b.fm.post.f(), b.fm.comb.f(), S, hc, D, official_, st()));
-                DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.pre_mix.f(), b.fm.pre.f(), size_t(S * hc) * sizeof(float),
-                                                            cudaMemcpyDeviceToDevice, st()));
+                DS41RT_RETURN_IF_ERROR(cuda::hc_expand_sum(b.X.f(), mo.routed.f(), mo.shared.f(), b.fm.post.f(),
+                                                           b.fm.comb.f(), S, hc, D, official_, st()));
                 end();
                 return Status::ok();
             };
@@ -838,7 +854,7 @@ private:
         }
         frame.done();
         begin("head");
-        DS41RT_RETURN_IF_ERROR(collapse_norm(b, b.pre_mix.f(), norm_, false).status());
+        DS41RT_RETURN_IF_ERROR(collapse_norm(b, c_.n_layers > 0 ? b.fm.pre.f() : b.pre_mix.f(), norm_, false).status());
         const int64_t R = B.logits_rows();
         auto lg = m_->head_rows(head_, b.x.f(), S, B.all_logits ? nullptr : &B.out_rows);
         if (!lg) return lg.status();
@@ -878,7 +894,8 @@ private:
     std::unique_ptr<no_nccl> nccl_;  // never set: no NCCL in this build
 #endif
     mutable section_timer prof_;
-    mutable side_branch side_;  // the shared expert's branch (moe)
+    mutable side_branch side_;      // the shared expert's branch (moe)
+    mutable side_branch mix_side_;  // an mHC site's mixes, beside its collapse and sublayer
     mutable step_buckets buckets_;
     mutable routed_decode routed_;
 };
