@@ -11,7 +11,8 @@
 //    mismatch fails the test; the old bound |d| <= 1e-6 |ref| + 1e-6 * the row's max |m| is
 //    still checked so a report shows how far off it was.
 //  - hc_split_sinkhorn: the same fp32 steps except exp (fp64 rounded vs glibc expf, <= 1 ulp
-//    apart), carried through 20 normalizations: 1e-5 relative.
+//    apart), carried through 20 normalizations: 1e-5 relative; pre alone and post + comb in a
+//    second call bit-equal to the one call.
 //  - hc_collapse / hc_expand / hc_expand_sum, fed the CPU's mixes: bit-exact (sequential fp32, no
 //    FMA; the sum's add is the engine's fp32 add, bf16-rounded with the streams).
 // Bit mismatches are printed for all four. Outputs are poisoned with NaN (expand works in place
@@ -157,6 +158,18 @@ void check_split(int hc, const std::vector<float> &scale) {
         std::printf("[ info ] hc_split_sinkhorn hc %d %s: max rel err %.3g, bit mismatches %zu of %zu\n", hc, names[p],
                     st.worst, st.bits, want.size());
     }
+    // In two calls (pre alone, then post and comb, as V4's decode runs them): the same bits.
+    dev_vec<float> pre2(size_t(S * hc)), post2(size_t(S * hc)), comb2(size_t(S * hc * hc));
+    pre2.poison();
+    post2.poison();
+    comb2.poison();
+    ASSERT_TRUE(cuda::hc_split_sinkhorn(dm.p, S, hc, dsc.p, db.p, 1e-6f, ITERS, pre2.p, nullptr, nullptr, nullptr).is_ok());
+    ASSERT_TRUE(cuda::hc_split_sinkhorn(dm.p, S, hc, dsc.p, db.p, 1e-6f, ITERS, nullptr, post2.p, comb2.p, nullptr).is_ok());
+    EXPECT_EQ(testing_util::bit_mismatches(pre2.download(), parts[0].first, "pre alone") +
+                  testing_util::bit_mismatches(post2.download(), parts[1].first, "post with comb") +
+                  testing_util::bit_mismatches(comb2.download(), parts[2].first, "comb with post"),
+              0u);
+    EXPECT_FALSE(cuda::hc_split_sinkhorn(dm.p, S, hc, dsc.p, db.p, 1e-6f, ITERS, nullptr, nullptr, nullptr, nullptr).is_ok());
     testing_util::print_timing("hc_split_sinkhorn hc " + std::to_string(hc) + " S 1", double(n_mix) * 8, [&] {
         (void)cuda::hc_split_sinkhorn(dm.p, 1, hc, dsc.p, db.p, 1e-6f, ITERS, pre.p, post.p, comb.p, nullptr);
     });

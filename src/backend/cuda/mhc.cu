@@ -267,9 +267,10 @@ __global__ void split_kernel(const float *m, int64_t S, int hc, const float *sc,
     const int64_t n_mix = int64_t(2 + hc) * hc;
     const float *ms = m + s * n_mix;
     for (int j = 0; j < hc; j++) {
-        pre[s * hc + j] = __fadd_rn(sigmoid_f(__fadd_rn(__fmul_rn(ms[j], sc[0]), b[j])), eps);
-        post[s * hc + j] = __fmul_rn(2.0f, sigmoid_f(__fadd_rn(__fmul_rn(ms[hc + j], sc[1]), b[hc + j])));
+        if (pre) pre[s * hc + j] = __fadd_rn(sigmoid_f(__fadd_rn(__fmul_rn(ms[j], sc[0]), b[j])), eps);
+        if (post) post[s * hc + j] = __fmul_rn(2.0f, sigmoid_f(__fadd_rn(__fmul_rn(ms[hc + j], sc[1]), b[hc + j])));
     }
+    if (!comb) return;
     float C[MAX_HC * MAX_HC];
     for (int j = 0; j < hc; j++) {
         float mx = -INFINITY;
@@ -318,9 +319,10 @@ __global__ void split_warp_kernel(const float *m, int64_t S, const float *sc, co
     const bool on = lane < HC * HC;
     const float *ms = m + s * (2 + HC) * HC;
     if (lane < HC) {
-        pre[s * HC + lane] = __fadd_rn(sigmoid_f(__fadd_rn(__fmul_rn(ms[lane], sc[0]), b[lane])), eps);
-        post[s * HC + lane] = __fmul_rn(2.0f, sigmoid_f(__fadd_rn(__fmul_rn(ms[HC + lane], sc[1]), b[HC + lane])));
+        if (pre) pre[s * HC + lane] = __fadd_rn(sigmoid_f(__fadd_rn(__fmul_rn(ms[lane], sc[0]), b[lane])), eps);
+        if (post) post[s * HC + lane] = __fmul_rn(2.0f, sigmoid_f(__fadd_rn(__fmul_rn(ms[HC + lane], sc[1]), b[HC + lane])));
     }
+    if (!comb) return;  // per warp
     constexpr unsigned ALL = 0xffffffffu;
     float c = on ? __fadd_rn(__fmul_rn(ms[2 * HC + lane], sc[2]), b[2 * HC + lane]) : 0.0f;
     float mx = -INFINITY;
@@ -420,7 +422,7 @@ Status hc_split_sinkhorn(const float *m, int64_t S, int hc, const float *scale, 
         return bad("hc_split_sinkhorn", "S " + std::to_string(S) + ", hc " + std::to_string(hc) + " (1..8), iters " +
                                             std::to_string(iters) + " (>= 1)");
     if (S == 0) return Status::ok();
-    if (!m || !scale || !base || !pre || !post || !comb) return bad("hc_split_sinkhorn", "null pointer");
+    if (!m || !scale || !base || (!pre && !post && !comb)) return bad("hc_split_sinkhorn", "null pointer");
     const unsigned warp_blocks = unsigned((S + 7) / 8);  // 8 tokens (warps) a block
     switch (hc) {
     case 4:

@@ -24,7 +24,10 @@ Status hc_project(const float *X, int64_t S, int64_t flat, const float *fn, int6
                   float *m, cudaStream_t stream);
 
 // pre, post [S, hc] and comb [S, hc, hc] from m [S, (2 + hc) * hc], scale [3], base
-// [(2 + hc) * hc]: engine hc_split_sinkhorn, one thread per token. hc <= 8.
+// [(2 + hc) * hc]: engine hc_split_sinkhorn, one warp (hc 2, 4) or thread per token. hc <= 8.
+// An output passed as null is not computed (at least one is needed): pre and post are a
+// sigmoid each, comb is the 2 x iters normalizations, so a caller that needs pre at once can
+// have it alone and the rest on another stream.
 Status hc_split_sinkhorn(const float *m, int64_t S, int hc, const float *scale, const float *base, float eps, int iters,
                          float *pre, float *post, float *comb, cudaStream_t stream);
 

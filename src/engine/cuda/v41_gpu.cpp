@@ -474,20 +474,25 @@ private:
         const float *inv = inv_for(layer), *x = b.x.f();
         begin("attn.qkv");
         DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.wq_a, x, b.qr.f(), xsplit}, {&L.wkv, x, b.kv.f(), xsplit}}, S, lin::FP8));
+        // The window KV row (norm, RoPE and the FP8 fake quant, in one launch where a block holds
+        // it) beside the q path: no GEMV; unprofiled steps only.
+        auto kv_row = [&]() -> Status {
+            if (hd % 32 == 0 && cuda::kv_row_fits(hd))
+                return cuda::kv_norm_rope_quant(b.kv.f(), L.kv_norm, S, hd, eps(), official_, pos_d, inv, n_pairs_, 32, st());
+            DS41RT_RETURN_IF_ERROR(norm(b.kv.f(), L.kv_norm, S, hd));
+            DS41RT_RETURN_IF_ERROR(rope(b.kv.f(), S, hd, pos_d, 1, inv, false));
+            if (hd % 32 == 0) DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp8_ue8m0(b.kv.f(), S, hd, 32, st()));
+            return Status::ok();
+        };
+        side_scope kv_side(side_, *m_);
+        if (!prof_.on()) DS41RT_RETURN_IF_ERROR(kv_side.fork(kv_row));
         // q_norm with wq_b's split (b.xs is free again: wq_a and wkv have read it).
         auto qsplit = m_->rms_norm_split(b.qr.f(), L.q_norm, S, qlr, b.xs.as<uint8_t>(), b.sx.f());
         if (!qsplit) return qsplit.status();
         DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.wq_b, b.qr.f(), b.q.f(), *qsplit}}, S, lin::FP8));
         DS41RT_RETURN_IF_ERROR(rope(b.q.f(), S * H, hd, pos_d, H, inv, false));
-        // The window KV row: norm, RoPE and the FP8 fake quant in one launch where a block holds it.
-        if (hd % 32 == 0 && cuda::kv_row_fits(hd)) {
-            DS41RT_RETURN_IF_ERROR(
-                cuda::kv_norm_rope_quant(b.kv.f(), L.kv_norm, S, hd, eps(), official_, pos_d, inv, n_pairs_, 32, st()));
-        } else {
-            DS41RT_RETURN_IF_ERROR(norm(b.kv.f(), L.kv_norm, S, hd));
-            DS41RT_RETURN_IF_ERROR(rope(b.kv.f(), S, hd, pos_d, 1, inv, false));
-            if (hd % 32 == 0) DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp8_ue8m0(b.kv.f(), S, hd, 32, st()));
-        }
+        if (prof_.on()) DS41RT_RETURN_IF_ERROR(kv_row());
+        DS41RT_RETURN_IF_ERROR(kv_side.join());
         end();
         return Status::ok();
     }
@@ -894,7 +899,7 @@ private:
     std::unique_ptr<no_nccl> nccl_;  // never set: no NCCL in this build
 #endif
     mutable section_timer prof_;
-    mutable side_branch side_;      // the shared expert's branch (moe)
+    mutable side_branch side_;      // the shared expert's branch (moe); the kv row's (attention)
     mutable side_branch mix_side_;  // an mHC site's mixes, beside its collapse and sublayer
     mutable step_buckets buckets_;
     mutable routed_decode routed_;
