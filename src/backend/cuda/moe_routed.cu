@@ -24,11 +24,13 @@
 // item count (read from the group kernel's output) exits at once. The K slicing of U selected
 // experts is the one plan_gemv / plan_nvfp4_gemv would pick for the same launch (a table built on
 // the host by asking them, indexed by U and the largest group's token tiles), so every partial
-// sum is formed and added in the same order: same bits. The kernels are instantiated for the
-// plan's token tiles, nt = 1 for B <= 8 (an expert's group has at most B rows when no row repeats
-// an id, as the routers guarantee), 2 above: the instance run_moe_decode picks whenever its
-// groups have more than 8 rows, and for a step whose groups all have <= 8 rows the second
-// 8-token MMA tile runs on zeros, which changes no sum. A group larger than 8 * nt rows (a row
+// sum is formed and added in the same order: same bits. The kernels are instantiated per token
+// tiles (nt = 1: 8 rows, 2: 16); plans of B <= 8 launch the one-tile instance (an expert's group
+// has at most B rows when no row repeats an id, as the routers guarantee), plans above launch
+// both, and the step's largest group picks the one that works (META_NT: the instance
+// run_moe_decode picks for those groups); the other's blocks leave at once. (Running the
+// two-tile instance for a step whose groups all have <= 8 rows would give the same sums, its
+// second tile adding zeros, at half the resident blocks.) A group larger than 8 * nt rows (a row
 // repeating an id) is refused: error word, zero output.
 //
 // x for the GEMVs is split (or quantized) per slot row straight from x [B, D] (no gathered fp32
@@ -39,7 +41,7 @@
 // Numerics: moe_numerics.cuh (the same source as run_moe_decode's kernels); see moe_decode.cu.
 // Invariants: B <= 16, B * K <= 128, D and I multiples of 32, x 16-byte aligned, out != x.
 // Graph-capturable: yes, for any routing (launch shapes fixed by the plan; no host reads, no
-// allocation, no route-dependent memset). Deterministic. Launches per step: 6.
+// allocation, no route-dependent memset). Deterministic. Launches per step: 6 (8 for plans of more than 8 rows: both GEMV instances).
 // Test: tests/cuda/moe_routed_test.cpp (bit-identical to run_moe_decode; CPU reference at
 // moe_decode_test's tolerance; graph replay with new routes; bandwidth line).
 #include "backend/cuda/moe_routed.cuh"
@@ -253,6 +255,7 @@ template <bool X8, int NT>
 __global__ void __launch_bounds__(WARPS * 32, mxfp4_min_blocks(NT))
     moe_routed_mxfp4_kernel(const __grid_constant__ routed_params p, bool down) {
     pdl_enter();
+    if (p.r.meta[META_NT] != NT) return;  // the step's other instance runs it (see run_moe_routed)
     matrix_ref m;
     if (!locate(p, down, blockIdx.x * WARPS + (threadIdx.x >> 5), m)) return;  // uniform across the warp
     const int ks = p.r.meta[down ? META_KS_DOWN : META_KS_UP], tiles = (m.N + 15) / 16;
@@ -279,6 +282,7 @@ __global__ void __launch_bounds__(WARPS * 32, mxfp4_min_blocks(NT))
 template <int NT>
 __global__ void __launch_bounds__(WARPS * 32) moe_routed_nvfp4_kernel(const __grid_constant__ routed_params p, bool down) {
     pdl_enter();
+    if (p.r.meta[META_NT] != NT) return;  // the step's other instance runs it (see run_moe_routed)
     matrix_ref m;
     if (!locate(p, down, blockIdx.x * WARPS + (threadIdx.x >> 5), m)) return;
     const int ks = p.r.meta[down ? META_KS_DOWN : META_KS_UP], tiles = (m.N + 15) / 16;
@@ -553,20 +557,27 @@ Status run_moe_routed(const moe_routed_plan &plan, const float *x, const int32_t
         else if (mode == OFFICIAL) (void)launch_pdl(moe_routed_split_kernel<OFFICIAL>, grid, threads, 0, stream, p);
         else (void)launch_pdl(moe_routed_split_kernel<REFERENCE>, grid, threads, 0, stream, p);
     };
+    // Plans of more than 8 rows launch both token-tile instances of each GEMV: the step's groups
+    // decide (the group kernel's META_NT) and the other instance's blocks leave at once. A step
+    // whose groups all have <= 8 rows (almost every step: 16 rows spread over ~85 experts) then
+    // runs the one-tile kernel at 6 blocks an SM instead of the two-tile one at 3 with its
+    // second MMA tile on zeros; the sums are the same (that tile adds nothing).
     auto gemv = [&](bool down) {
         const unsigned grid = unsigned(std::max(1, down ? plan.down_blocks : plan.up_blocks));
         const unsigned threads = WARPS * 32;
-        if (plan.nvfp4) {
-            if (plan.nt == 1) (void)launch_pdl(moe_routed_nvfp4_kernel<1>, grid, threads, 0, stream, p, down);
-            else (void)launch_pdl(moe_routed_nvfp4_kernel<2>, grid, threads, 0, stream, p, down);
-        } else if (plan.act_block) {
-            if (plan.nt == 1)
-                (void)launch_pdl(moe_routed_mxfp4_kernel<true, 1>, grid, threads, gd::SMEM_BYTES, stream, p, down);
-            else (void)launch_pdl(moe_routed_mxfp4_kernel<true, 2>, grid, threads, gd::SMEM_BYTES, stream, p, down);
-        } else {
-            if (plan.nt == 1)
-                (void)launch_pdl(moe_routed_mxfp4_kernel<false, 1>, grid, threads, gd::SMEM_BYTES, stream, p, down);
-            else (void)launch_pdl(moe_routed_mxfp4_kernel<false, 2>, grid, threads, gd::SMEM_BYTES, stream, p, down);
+        for (int nt = 1; nt <= plan.nt; nt++) {
+            if (plan.nvfp4) {
+                if (nt == 1) (void)launch_pdl(moe_routed_nvfp4_kernel<1>, grid, threads, 0, stream, p, down);
+                else (void)launch_pdl(moe_routed_nvfp4_kernel<2>, grid, threads, 0, stream, p, down);
+            } else if (plan.act_block) {
+                if (nt == 1)
+                    (void)launch_pdl(moe_routed_mxfp4_kernel<true, 1>, grid, threads, gd::SMEM_BYTES, stream, p, down);
+                else (void)launch_pdl(moe_routed_mxfp4_kernel<true, 2>, grid, threads, gd::SMEM_BYTES, stream, p, down);
+            } else {
+                if (nt == 1)
+                    (void)launch_pdl(moe_routed_mxfp4_kernel<false, 1>, grid, threads, gd::SMEM_BYTES, stream, p, down);
+                else (void)launch_pdl(moe_routed_mxfp4_kernel<false, 2>, grid, threads, gd::SMEM_BYTES, stream, p, down);
+            }
         }
     };
 
