@@ -188,24 +188,25 @@ int run_bench(const bench_args &a, const std::string &command_line) {
         if (!(st = decode(false)).is_ok()) return fmt::print(stderr, "bench: decode: {}\n", st.to_string()), 1;
         const double eager_ms = secs(clock::now() - e0) * 1e3 / a.decode_steps;
         eng.set_cuda_graphs(true);
+        // Every concurrency's steps once more with the sections on (eager, one stream: the
+        // sections are events on it, so side branches run in line there).
+        if (C == 1) c1_step_ms = ms;
+        if (!(st = decode(true)).is_ok()) return fmt::print(stderr, "bench: decode: {}\n", st.to_string()), 1;
+        double total = 0;
+        for (auto &t : eng.op_times())
+            if (t.name != "host.issue") total += t.ms;
+        nlohmann::json sec = nlohmann::json::array();
+        for (auto &t : eng.op_times())
+            if (t.name != "host.issue")
+                sec.push_back({{"name", t.name}, {"ms_per_step", t.ms / a.decode_steps}, {"share", total > 0 ? t.ms / total : 0}});
         if (C == 1) {
-            c1_step_ms = ms;
-            if (!(st = decode(true)).is_ok()) return fmt::print(stderr, "bench: decode: {}\n", st.to_string()), 1;
-            double total = 0;
-            for (auto &t : eng.op_times())
-                if (t.name != "host.issue") total += t.ms;
-            nlohmann::json sec = nlohmann::json::array();
-            for (auto &t : eng.op_times())
-                if (t.name != "host.issue")
-                    sec.push_back({{"name", t.name}, {"ms_per_step", t.ms / a.decode_steps},
-                                   {"share", total > 0 ? t.ms / total : 0}});
             j["c1_sections"] = sec;
             j["c1_sections_ms_per_step"] = total / a.decode_steps;
         }
         j["decode"].push_back({{"concurrency", C}, {"ms_per_step", ms}, {"median_ms_per_step", median_ms},
                                {"min_ms_per_step", min_ms}, {"tok_s", C * 1e3 / ms},
                                {"ms_per_layer", ms / c.n_layers}, {"host_issue_ms_per_step", issue_ms},
-                               {"eager_ms_per_step", eager_ms}});
+                               {"eager_ms_per_step", eager_ms}, {"sections", sec}});
         fmt::print(stderr,
                    "bench: decode C{}: {:.2f} ms per step ({:.3f} ms per layer), {:.1f} tok/s; steps median {:.2f}, "
                    "min {:.2f} ms; host issue {:.2f} ms per step; without CUDA graphs {:.2f} ms per step\n",
@@ -260,11 +261,28 @@ int run_bench(const bench_args &a, const std::string &command_line) {
                           "{:.1f}% of the roofline.\n",
                           double(j["c1_bytes_per_step"]) / 1e9, double(j["c1_bytes_per_layer_mean"]) / 1e6,
                           double(j["c1_roofline_ms"]), 100 * double(j["c1_roofline_fraction"]));
-    if (j.contains("c1_sections")) {
-        md << "\n| C1 section | ms / step | share |\n|---|---|---|\n";
-        for (auto &s : j["c1_sections"])
-            md << fmt::format("| {} | {:.3f} | {:.1f}% |\n", std::string(s["name"]), double(s["ms_per_step"]),
-                              100 * double(s["share"]));
+    if (!j["decode"].empty()) {  // sections by concurrency: ms a step (share), profiled steps
+        std::vector<std::string> names;
+        for (auto &d : j["decode"])
+            for (auto &s : d["sections"])
+                if (std::find(names.begin(), names.end(), std::string(s["name"])) == names.end()) names.push_back(s["name"]);
+        std::sort(names.begin(), names.end());
+        md << "\n| section (profiled steps) |";
+        for (auto &d : j["decode"]) md << fmt::format(" C{} ms / step (share) |", int(d["concurrency"]));
+        md << "\n|---|";
+        for (size_t i = 0; i < j["decode"].size(); i++) md << "---|";
+        md << "\n";
+        for (const std::string &n : names) {
+            md << "| " << n << " |";
+            for (auto &d : j["decode"]) {
+                std::string cell = " - |";
+                for (auto &s : d["sections"])
+                    if (s["name"] == n)
+                        cell = fmt::format(" {:.3f} ({:.1f}%) |", double(s["ms_per_step"]), 100 * double(s["share"]));
+                md << cell;
+            }
+            md << "\n";
+        }
     }
     if (j.contains("prefill")) {
         md << "\n| prefill tokens | seconds | tok/s | largest sections (ms) |\n|---|---|---|---|\n";
