@@ -346,23 +346,55 @@ private:
         return cuda::engram_gate(X, kv.f(), L.e_q, L.e_k, gp, st());
     }
 
-    // ---- compressor of a KV source (spec 4.4): the latents of the groups completing here ----
-    Result<dtemp> compress(const layer_dev &L, int layer, source_dev &src, const float *x, int64_t S,
+    // ---- the step's row-wise projections of a compressed layer, every sequence's rows at once
+    // (each weight read once a step, not once a sequence; a row's result does not depend on the
+    // others'): the compressor's kv (normalized when ratio 1) and gate, the indexer's RoPE'd and
+    // quantized q and its head weights. Empty where the layer has no such part. ----
+    struct step_proj {
+        dtemp kv, gate, q, w;
+    };
+    Result<step_proj> project_rows(const layer_dev &L, int layer, const step_bufs &b, const int64_t *pos_d) const {
+        const int ratio = c_.ratio(layer);
+        const int64_t hd = c_.head_dim, ihd = c_.index_head_dim, ih = c_.index_n_heads, S = b.S;
+        const float *x = b.x.f();
+        step_proj p;
+        if (c_.is_kv_source(layer)) {
+            p.kv = m_->temp_f32(S * hd);
+            if (ratio == 1) {  // bf16 projection, no pooling
+                DS41RT_RETURN_IF_ERROR(m_->run_linear(L.c_wkv, x, p.kv.f(), S, lin::BF16));
+                DS41RT_RETURN_IF_ERROR(norm(p.kv.f(), L.c_norm, S, hd));
+            } else {
+                p.gate = m_->temp_f32(S * hd);
+                DS41RT_RETURN_IF_ERROR(
+                    m_->run_linears({{&L.c_wkv, x, p.kv.f()}, {&L.c_wgate, x, p.gate.f()}}, S, lin::F32));
+            }
+        }
+        if (c_.is_index_source(layer)) {
+            p.q = m_->temp_f32(S * ih * ihd), p.w = m_->temp_f32(S * ih);
+            DS41RT_RETURN_IF_ERROR(m_->run_linear(L.i_wq_b, b.qr.f(), p.q.f(), S, lin::FP8));
+            DS41RT_RETURN_IF_ERROR(rope(p.q.f(), S * ih, ihd, pos_d, ih, inv_compress_, false));
+            if (ihd % 32 == 0) DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp4_ue8m0(p.q.f(), S * ih, ihd, 32, st()));
+            DS41RT_RETURN_IF_ERROR(m_->run_linear(L.i_weights_proj, x, p.w.f(), S, lin::BF16));
+        }
+        return p;
+    }
+
+    // ---- compressor of a KV source (spec 4.4): the latents of the groups completing here, from
+    // the sequence's rows of the step's projections (kv, gate: [S, hd] at its rows) ----
+    Result<dtemp> compress(const layer_dev &L, int layer, source_dev &src, const float *kv, const float *gate, int64_t S,
                            int64_t *n_latent, int64_t *first_pos) const {
         const int ratio = c_.ratio(layer);
         const int64_t hd = c_.head_dim;
         *first_pos = src.entries.rows * ratio;
-        if (ratio == 1) {  // bf16 projection, no pooling
-            dtemp kv = m_->temp_f32(S * hd);
-            DS41RT_RETURN_IF_ERROR(m_->run_linear(L.c_wkv, x, kv.f(), S, lin::BF16));
-            DS41RT_RETURN_IF_ERROR(norm(kv.f(), L.c_norm, S, hd));
+        if (ratio == 1) {  // the projection, normalized, is the latent
+            dtemp latent = m_->temp_f32(S * hd);
+            DS41RT_CUDA_RETURN_IF_ERROR(
+                cudaMemcpyAsync(latent.f(), kv, size_t(S * hd) * sizeof(float), cudaMemcpyDeviceToDevice, st()));
             *n_latent = S;
-            return kv;
+            return latent;
         }
-        dtemp kv = m_->temp_f32(S * hd), gate = m_->temp_f32(S * hd);
-        DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.c_wkv, x, kv.f()}, {&L.c_wgate, x, gate.f()}}, S, lin::F32));
-        DS41RT_RETURN_IF_ERROR(m_->append(src.buf_kv, kv.f(), S));
-        DS41RT_RETURN_IF_ERROR(m_->append(src.buf_gate, gate.f(), S));
+        DS41RT_RETURN_IF_ERROR(m_->append(src.buf_kv, kv, S));
+        DS41RT_RETURN_IF_ERROR(m_->append(src.buf_gate, gate, S));
         const int64_t groups = src.buf_kv.rows / ratio, used = groups * ratio;
         *n_latent = groups;
         dtemp latent = m_->temp_f32(std::max<int64_t>(groups, 1) * hd);
@@ -382,9 +414,9 @@ private:
     }
 
     // ---- the lightning indexer of an index source (spec 4.6, 4.7) ----
-    Status indexer(const layer_dev &L, int layer, seq_dev &sq, const float *x, const float *qr, const float *latent,
-                   int64_t n_latent, int64_t first_pos, const int64_t *pos_d, int64_t p0, int64_t S,
-                   shared_sel &sh) const {
+    // q [S, ih, ihd] and w [S, ih]: the sequence's rows of the step's projections.
+    Status indexer(const layer_dev &L, int layer, seq_dev &sq, const float *q, const float *w, const float *latent,
+                   int64_t n_latent, int64_t first_pos, int64_t p0, int64_t S, shared_sel &sh) const {
         const int ratio = c_.ratio(layer);
         const int64_t ihd = c_.index_head_dim, ih = c_.index_n_heads, hd = c_.head_dim;
         source_dev &src = sq.sources.at(c_.kv_source_for(layer));
@@ -404,11 +436,6 @@ private:
         const int64_t T = src.index_keys.rows;
         if (T == 0) return Status::ok();  // nothing to select yet; earlier selections stay published
 
-        dtemp q = m_->temp_f32(S * ih * ihd), w = m_->temp_f32(S * ih);
-        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.i_wq_b, qr, q.f(), S, lin::FP8));
-        DS41RT_RETURN_IF_ERROR(rope(q.f(), S * ih, ihd, pos_d, ih, inv_compress_, false));
-        if (ihd % 32 == 0) DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp4_ue8m0(q.f(), S * ih, ihd, 32, st()));
-        DS41RT_RETURN_IF_ERROR(m_->run_linear(L.i_weights_proj, x, w.f(), S, lin::BF16));
 
         cuda::index_score_params ip;
         ip.S = S;
@@ -421,7 +448,7 @@ private:
         ip.head_scale = 1.0f / std::sqrt(float(ih));
         ip.official = official_;
         dtemp scores_d = m_->temp_f32(S * T);
-        DS41RT_RETURN_IF_ERROR(cuda::index_scores(q.f(), src.index_keys.buf.f(), w.f(), ip, scores_d.f(), st()));
+        DS41RT_RETURN_IF_ERROR(cuda::index_scores(q, src.index_keys.buf.f(), w, ip, scores_d.f(), st()));
         const int64_t k = std::min<int64_t>(c_.index_topk, T);
         sh.has_topk = true;
         sh.topk.assign(size_t(S), {});
@@ -499,14 +526,18 @@ private:
 
     Status attn_core(const layer_dev &L, int layer, const step_rows &B, const step_bufs &b,
                      std::vector<shared_sel> &shs) const {
-        const int64_t H = c_.n_heads, hd = c_.head_dim, W = c_.window, qlr = c_.q_lora_rank, S = B.rows;
+        const int64_t H = c_.n_heads, hd = c_.head_dim, W = c_.window, S = B.rows;
         const int64_t *pos_d = B.pos_d;
-        const float *x = b.x.f(), *kvf = b.kv.f();
+        const float *kvf = b.kv.f();
 
-        // Compressed branch, sequence by sequence (each has its own compressor and entries).
+        // Compressed branch: the step's projections at once, then sequence by sequence (each has its
+        // own compressor and entries).
         std::vector<const float *> centries(B.seq.size(), nullptr);
         if (c_.ratio(layer) > 0) {
             begin("attn.compress+index");
+            auto proj = project_rows(L, layer, b, pos_d);
+            if (!proj) return proj.status();
+            const int64_t ih = c_.index_n_heads, ihd = c_.index_head_dim;
             for (size_t i = 0; i < B.seq.size(); i++) {
                 seq_dev &sq = *B.seq[i];
                 const int64_t o = B.off[i], n = B.n[i];
@@ -514,13 +545,14 @@ private:
                 int64_t n_latent = 0, first_pos = 0;
                 dtemp latent;
                 if (c_.is_kv_source(layer)) {
-                    auto r = compress(L, layer, src, x + o * c_.dim, n, &n_latent, &first_pos);
+                    auto r = compress(L, layer, src, proj->kv.f() + o * hd, proj->gate.f() ? proj->gate.f() + o * hd : nullptr,
+                                      n, &n_latent, &first_pos);
                     if (!r) return r.status();
                     latent = std::move(r.value());
                 }
                 if (c_.is_index_source(layer))
-                    DS41RT_RETURN_IF_ERROR(indexer(L, layer, sq, x + o * c_.dim, b.qr.f() + o * qlr, latent.f(), n_latent,
-                                                   first_pos, pos_d + o, B.p0[i], n, shs[i]));
+                    DS41RT_RETURN_IF_ERROR(indexer(L, layer, sq, proj->q.f() + o * ih * ihd, proj->w.f() + o * ih, latent.f(),
+                                                   n_latent, first_pos, B.p0[i], n, shs[i]));
                 if (n_latent > 0) {
                     std::vector<int64_t> lpos(static_cast<size_t>(n_latent));
                     for (int64_t g = 0; g < n_latent; g++) lpos[size_t(g)] = first_pos + c_.ratio(layer) * g;
