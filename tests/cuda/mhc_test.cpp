@@ -158,7 +158,7 @@ void check_split(int hc, const std::vector<float> &scale) {
         std::printf("[ info ] hc_split_sinkhorn hc %d %s: max rel err %.3g, bit mismatches %zu of %zu\n", hc, names[p],
                     st.worst, st.bits, want.size());
     }
-    // In two calls (pre alone, then post and comb, as V4's decode runs them): the same bits.
+    // In two calls (pre alone, then post and comb: null outputs are skipped): the same bits.
     dev_vec<float> pre2(size_t(S * hc)), post2(size_t(S * hc)), comb2(size_t(S * hc * hc));
     pre2.poison();
     post2.poison();

@@ -526,26 +526,15 @@ hc_mix_dev device_model::hc_mix_buffers(int64_t S) const {
     return {temp_f32(S * hc), temp_f32(S * hc), temp_f32(S * hc * hc)};
 }
 
-Result<dtemp> device_model::hc_project(const float *X, int64_t S, const float *fn) const {
+Status device_model::hc_mixes(const float *X, int64_t S, const float *fn, const float *scale, const float *base,
+                              const hc_mix_dev &out) const {
     const int hc = cfg_.hc_mult;
     const int64_t n_mix = int64_t(2 + hc) * hc;
     dtemp mm = temp_f32(S * n_mix);
     DS41RT_RETURN_IF_ERROR(
         cuda::hc_project(X, S, int64_t(hc) * cfg_.dim, fn, n_mix, cfg_.norm_eps, official_, mm.f(), stream_));
-    return mm;
-}
-
-Status device_model::hc_split(const float *m, int64_t S, const float *scale, const float *base, float *pre, float *post,
-                              float *comb) const {
-    return cuda::hc_split_sinkhorn(m, S, cfg_.hc_mult, scale, base, cfg_.hc_eps, cfg_.hc_sinkhorn_iters, pre, post, comb,
-                                   stream_);
-}
-
-Status device_model::hc_mixes(const float *X, int64_t S, const float *fn, const float *scale, const float *base,
-                              const hc_mix_dev &out) const {
-    auto mm = hc_project(X, S, fn);
-    if (!mm) return mm.status();
-    return hc_split(mm->f(), S, scale, base, out.pre.f(), out.post.f(), out.comb.f());
+    return cuda::hc_split_sinkhorn(mm.f(), S, hc, scale, base, cfg_.hc_eps, cfg_.hc_sinkhorn_iters, out.pre.f(),
+                                   out.post.f(), out.comb.f(), stream_);
 }
 
 cuda::gemv_split device_model::split_into(uint8_t *xs, float *sx, int64_t S, int64_t width) const {

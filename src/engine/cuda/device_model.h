@@ -196,12 +196,6 @@ public:
     // after the projection, as the reference does), into buffers of hc_mix_buffers(S).
     Status hc_mixes(const float *X, int64_t S, const float *fn, const float *scale, const float *base,
                     const hc_mix_dev &out) const;
-    // hc_mixes in its two steps: the projection m [S, (2 + hc) hc], then the split into the
-    // outputs given (null ones are not computed: a caller may take pre at once and post + comb,
-    // the Sinkhorn, elsewhere; m must then live until both have run).
-    Result<dtemp> hc_project(const float *X, int64_t S, const float *fn) const;
-    Status hc_split(const float *m, int64_t S, const float *scale, const float *base, float *pre, float *post,
-                    float *comb) const;
     hc_mix_dev hc_mix_buffers(int64_t S) const;
     // A sublayer's input: x [S, dim] = rms_norm(collapse of the streams X by pre) with weights w
     // (OFFICIAL's bf16 points), in one launch where the width allows (backend/cuda

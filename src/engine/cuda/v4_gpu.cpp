@@ -281,20 +281,6 @@ private:
 
     // ---- mHC (spec 3.3): V4's classic sites, pre / post / comb computed and used at one site ----
 
-    // A site's mixes into out: the projection and pre on the stream (the site's collapse reads pre
-    // at once), post and comb (the Sinkhorn, needed only at the site's expand) on the scope's side
-    // branch; unprofiled steps only (sections are events on one stream). *mm holds the projection
-    // and must outlive the branch's join.
-    Status site_mixes(side_scope &side, dtemp *mm, const step_bufs &b, const float *fn, const float *scale,
-                      const float *base, const hc_mix_dev &out) const {
-        if (prof_.on()) return m_->hc_mixes(b.X.f(), b.S, fn, scale, base, out);
-        auto m = m_->hc_project(b.X.f(), b.S, fn);
-        if (!m) return m.status();
-        *mm = std::move(m.value());
-        DS41RT_RETURN_IF_ERROR(m_->hc_split(mm->f(), b.S, scale, base, out.pre.f(), nullptr, nullptr));
-        return side.fork([&] { return m_->hc_split(mm->f(), b.S, scale, base, nullptr, out.post.f(), out.comb.f()); });
-    }
-
     // hc_head (spec 3.10): pre = sigmoid(mix * scale + base) + eps (on the host: hc numbers a
     // row), then the collapse of the streams into x.
     Status hc_head(const float *X, int64_t S, float *x) const {
@@ -441,18 +427,6 @@ private:
         begin("attn.qkv");
         // q = rope(rms_unweighted_per_head(wq_b(q_norm(wq_a(x))))); kv = rope(kv_norm(wkv(x))).
         DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.wq_a, x, qr.f(), xsplit}, {&L.wkv, x, kv.f(), xsplit}}, S, lin::FP8));
-        // The kv row's norm, RoPE and QAT beside the q path (no GEMV; unprofiled steps only).
-        auto kv_row = [&]() -> Status {
-            DS41RT_RETURN_IF_ERROR(norm(kv.f(), L.kv_norm, S, hd));
-            DS41RT_RETURN_IF_ERROR(rope(kv.f(), S, hd, pos_d, 1, inv, false));
-            // transformers deviation (1): OFFICIAL's FP8 QAT of the nope dims after RoPE (block 64).
-            if (official_)
-                DS41RT_RETURN_IF_ERROR(
-                    cuda::fake_quant_fp8_ue8m0_cols(kv.f(), S, hd, hd - c_.rope_head_dim, KV_QAT_BLOCK, st()));
-            return Status::ok();
-        };
-        side_scope kv_side(side_, *m_);
-        if (!prof_.on()) DS41RT_RETURN_IF_ERROR(kv_side.fork(kv_row));
         // q_norm with wq_b's split (b.xs is free again: wq_a and wkv have read it).
         auto qsplit = m_->rms_norm_split(qr.f(), L.q_norm, S, qlr, b.xs.as<uint8_t>(), b.sx.f());
         if (!qsplit) return qsplit.status();
@@ -463,8 +437,12 @@ private:
         else
             DS41RT_RETURN_IF_ERROR(cuda::rms_norm_rows(q.f(), nullptr, q.f(), S * H, hd, eps(), false, st()));
         DS41RT_RETURN_IF_ERROR(rope(q.f(), S * H, hd, pos_d, H, inv, false));
-        if (prof_.on()) DS41RT_RETURN_IF_ERROR(kv_row());
-        DS41RT_RETURN_IF_ERROR(kv_side.join());
+        DS41RT_RETURN_IF_ERROR(norm(kv.f(), L.kv_norm, S, hd));
+        DS41RT_RETURN_IF_ERROR(rope(kv.f(), S, hd, pos_d, 1, inv, false));
+        // transformers deviation (1): OFFICIAL's FP8 QAT of the nope dims after RoPE (block 64).
+        if (official_)
+            DS41RT_RETURN_IF_ERROR(
+                cuda::fake_quant_fp8_ue8m0_cols(kv.f(), S, hd, hd - c_.rope_head_dim, KV_QAT_BLOCK, st()));
         end();
         return Status::ok();
     }
@@ -667,14 +645,11 @@ private:
             const layer_dev &L = layers_[size_t(l)];
             DS41RT_RETURN_IF_ERROR(frame.piece(size_t(2 * l), [&]() -> Status {
                 begin("mhc+norm");
-                dtemp mm;
-                side_scope mixes(mix_side_, *m_);
-                DS41RT_RETURN_IF_ERROR(site_mixes(mixes, &mm, b, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, b.am));
+                DS41RT_RETURN_IF_ERROR(m_->hc_mixes(b.X.f(), S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, b.am));
                 auto xsplit = m_->hc_collapse_norm(b.X.f(), b.am.pre.f(), S, L.attn_norm, b.x.f(), b.xs.as<uint8_t>(), b.sx.f());
                 if (!xsplit) return xsplit.status();
                 end();
-                DS41RT_RETURN_IF_ERROR(attn_qkv(L, l, b, *xsplit));
-                return mixes.join();
+                return attn_qkv(L, l, b, *xsplit);
             }));
             DS41RT_RETURN_IF_ERROR(attn_core(L, l, B, b));
             auto ffn = [&]() -> Status {
@@ -682,15 +657,12 @@ private:
                 begin("mhc+norm");
                 DS41RT_RETURN_IF_ERROR(
                     cuda::hc_expand(b.X.f(), b.y.f(), b.am.post.f(), b.am.comb.f(), S, hc, D, official_, st()));
-                dtemp mm;
-                side_scope mixes(mix_side_, *m_);
-                DS41RT_RETURN_IF_ERROR(site_mixes(mixes, &mm, b, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, b.fm));
+                DS41RT_RETURN_IF_ERROR(m_->hc_mixes(b.X.f(), S, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, b.fm));
                 auto xsplit = m_->hc_collapse_norm(b.X.f(), b.fm.pre.f(), S, L.ffn_norm, b.x.f(), b.xs.as<uint8_t>(), b.sx.f());
                 if (!xsplit) return xsplit.status();
                 end();
                 moe_out mo;
                 DS41RT_RETURN_IF_ERROR(moe(L, l, b.x.f(), b.ids.as<int32_t>(), S, &mo, *xsplit));
-                DS41RT_RETURN_IF_ERROR(mixes.join());
                 begin("mhc+norm");
                 DS41RT_RETURN_IF_ERROR(mo.shared.f() ? cuda::hc_expand_sum(b.X.f(), mo.routed.f(), mo.shared.f(), b.fm.post.f(),
                                                                          b.fm.comb.f(), S, hc, D, official_, st())
@@ -728,8 +700,7 @@ private:
     int n_pairs_ = 0;
     std::vector<layer_dev> layers_;
     mutable section_timer prof_;
-    mutable side_branch side_;      // the shared expert's branch (moe); the kv row's (attention)
-    mutable side_branch mix_side_;  // an mHC site's post + comb, beside its collapse and sublayer
+    mutable side_branch side_;  // the shared expert's branch (moe)
     mutable step_buckets buckets_;
     mutable routed_decode routed_;
 };
