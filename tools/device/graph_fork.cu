@@ -15,6 +15,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "launch_ex.cuh"
+
 #define CHECK(x)                                                                 \
     do {                                                                         \
         cudaError_t e_ = (x);                                                    \
@@ -46,13 +48,7 @@ struct ctx {
 };
 
 void launch(const ctx &c, cudaStream_t s, int blocks, long long ns, bool pdl) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(blocks), cfg.blockDim = dim3(128), cfg.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at, cfg.numAttrs = pdl ? 1 : 0;
-    CHECK(cudaLaunchKernelEx(&cfg, spin, ns, c.sink));
+    CHECK(launch_ex(pdl, spin, dim3(blocks), dim3(128), 0, s, ns, c.sink));
 }
 
 void layer(const ctx &c, bool fork, bool pdl) {

@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "launch_ex.cuh"
+
 #define CHECK(x)                                                                           \
     do {                                                                                   \
         cudaError_t e_ = (x);                                                              \
@@ -42,16 +44,7 @@ int main() {
             cudaGraph_t g;
             CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
             for (int i = 0; i < N; i++) {
-                cudaLaunchConfig_t cfg = {};
-                cfg.gridDim = dim3(blocks), cfg.blockDim = dim3(128), cfg.stream = s;
-                cudaLaunchAttribute at[1];
-                at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-                at[0].val.programmaticStreamSerializationAllowed = 1;
-                cfg.attrs = at, cfg.numAttrs = pdl ? 1 : 0;
-                if (pdl)
-                    CHECK(cudaLaunchKernelEx(&cfg, step_kernel<true>, buf));
-                else
-                    CHECK(cudaLaunchKernelEx(&cfg, step_kernel<false>, buf));
+                CHECK(launch_ex(pdl, pdl ? step_kernel<true> : step_kernel<false>, dim3(blocks), dim3(128), 0, s, buf));
             }
             CHECK(cudaStreamEndCapture(s, &g));
             cudaGraphExec_t ge;

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "launch_ex.cuh"
 #include "weight_ring.cuh"
 
 // ~`iters` dependent FMAs on one block: a norm- or rope-sized kernel.
@@ -77,22 +78,12 @@ int main() {
                 CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
                 for (int p = 0; p < pairs; p++) {
                     const uint8_t *w = wbuf + size_t(p % copies) * max_bytes;
-                    cudaLaunchAttribute at[1];
-                    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-                    at[0].val.programmaticStreamSerializationAllowed = 1;
-                    cudaLaunchConfig_t c1{};
-                    c1.gridDim = dim3(1), c1.blockDim = dim3(256), c1.stream = st;
-                    c1.attrs = at, c1.numAttrs = (mode == 1 || mode == 2) ? 1 : 0;
-                    if (mode != 3) {
-                        if (c1.numAttrs) CK(cudaLaunchKernelEx(&c1, small_kernel<true>, buf, iters));
-                        else CK(cudaLaunchKernelEx(&c1, small_kernel<false>, buf, iters));
-                    }
-                    cudaLaunchConfig_t c2 = c1;
-                    c2.gridDim = dim3(unsigned((sh.N / 16 + WARPS - 1) / WARPS)), c2.blockDim = dim3(WARPS * 32);
-                    c2.dynamicSmemBytes = smem;
-                    if (mode == 1) CK(cudaLaunchKernelEx(&c2, stream_kernel<1>, w, sh.N, sh.K, buf));
-                    else if (mode == 2) CK(cudaLaunchKernelEx(&c2, stream_kernel<2>, w, sh.N, sh.K, buf));
-                    else CK(cudaLaunchKernelEx(&c2, stream_kernel<0>, w, sh.N, sh.K, buf));
+                    const bool pdl = mode == 1 || mode == 2;
+                    if (mode != 3)
+                        CK(launch_ex(pdl, pdl ? small_kernel<true> : small_kernel<false>, dim3(1), dim3(256), 0, st, buf, iters));
+                    const dim3 grid(unsigned((sh.N / 16 + WARPS - 1) / WARPS));
+                    CK(launch_ex(pdl, mode == 1 ? stream_kernel<1> : mode == 2 ? stream_kernel<2> : stream_kernel<0>, grid,
+                                 dim3(WARPS * 32), smem, st, w, sh.N, sh.K, buf));
                 }
                 CK(cudaStreamEndCapture(st, &g));
                 cudaGraphExec_t ge;
