@@ -41,7 +41,8 @@
 // Numerics: moe_numerics.cuh (the same source as run_moe_decode's kernels); see moe_decode.cu.
 // Invariants: B <= 16, B * K <= 128, D and I multiples of 32, x 16-byte aligned, out != x.
 // Graph-capturable: yes, for any routing (launch shapes fixed by the plan; no host reads, no
-// allocation, no route-dependent memset). Deterministic. Launches per step: 6 (8 for plans of more than 8 rows: both GEMV instances).
+// allocation, no route-dependent memset). Deterministic. Launches per step: 6 (8 for plans of more
+// than 8 rows: both GEMV instances).
 // Test: tests/cuda/moe_routed_test.cpp (bit-identical to run_moe_decode; CPU reference at
 // moe_decode_test's tolerance; graph replay with new routes; bandwidth line).
 #include "backend/cuda/moe_routed.cuh"
@@ -557,11 +558,8 @@ Status run_moe_routed(const moe_routed_plan &plan, const float *x, const int32_t
         else if (mode == OFFICIAL) (void)launch_pdl(moe_routed_split_kernel<OFFICIAL>, grid, threads, 0, stream, p);
         else (void)launch_pdl(moe_routed_split_kernel<REFERENCE>, grid, threads, 0, stream, p);
     };
-    // Plans of more than 8 rows launch both token-tile instances of each GEMV: the step's groups
-    // decide (the group kernel's META_NT) and the other instance's blocks leave at once. A step
-    // whose groups all have <= 8 rows (almost every step: 16 rows spread over ~85 experts) then
-    // runs the one-tile kernel at 6 blocks an SM instead of the two-tile one at 3 with its
-    // second MMA tile on zeros; the sums are the same (that tile adds nothing).
+    // Both token-tile instances for plans of more than 8 rows (the top of the file says why);
+    // at C16 almost every step's groups have <= 8 rows and run the one-tile kernel.
     auto gemv = [&](bool down) {
         const unsigned grid = unsigned(std::max(1, down ? plan.down_blocks : plan.up_blocks));
         const unsigned threads = WARPS * 32;

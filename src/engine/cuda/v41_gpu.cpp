@@ -436,7 +436,6 @@ private:
         const int64_t T = src.index_keys.rows;
         if (T == 0) return Status::ok();  // nothing to select yet; earlier selections stay published
 
-
         cuda::index_score_params ip;
         ip.S = S;
         ip.T = T;
