@@ -4,7 +4,8 @@
 # made by ab_bundle.sh. Prints every run's decode lines; the full logs go to OUT.
 # Usage: tools/device/ab_bench.sh OUT A.tar.xz B.tar.xz [ROUNDS] (env MODEL v41 | v4, LAYERS 16,
 # STEPS 32, CONC 1,16, PREFILL: prompt lengths, e.g. 2048,8192 (default none), each printed with
-# its largest sections; EXTRA: more bench arguments)
+# its largest sections; SECTIONS=1: each run's decode section table, every concurrency; EXTRA: more
+# bench arguments)
 set -uo pipefail
 OUT=${1:?usage: ab_bench.sh OUT A.tar.xz B.tar.xz [ROUNDS]}
 A=${2:?}; B=${3:?}; ROUNDS=${4:-2}
@@ -25,6 +26,7 @@ for r in $(seq "$ROUNDS"); do
     echo "== $side round $r"
     grep "bench: decode" "$log"
     [ -z "${PREFILL:-}" ] || sed -n '/^| prefill tokens/,$p' "$W/json-$side-$r/bench.md" | tail -n +3 | tee -a "$log"
+    [ -z "${SECTIONS:-}" ] || sed -n '/^| section (profiled steps)/,/^$/p' "$W/json-$side-$r/bench.md" | tee -a "$log"
   done
 done
 rm -rf "$W"
