@@ -8,6 +8,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/numerics.cuh"
@@ -164,14 +165,41 @@ struct x8_operands {
     float2 sx[NT];  // activation scales of tokens nt * 8 + 2q, 2q + 1
 };
 
-template <int NT>
-__device__ __forceinline__ x8_operands<NT> load_x8(const uint2 *xrow, const float *sxrow, int xstride, int M, int g, int q) {
-    x8_operands<NT> o;
+// This lane's x rows (token nt * 8 + g; official: E4M3 bytes from 8q, W = uint2; reference: the
+// fp16 word pairs from 32q bytes, W = uint4) and official activation scales (tokens 2q, 2q + 1),
+// addressed once per work item: a k block's loads then add its offset to these bases (an
+// immediate within an unrolled stage). Addressed per k block instead, each load redid the 64-bit
+// row arithmetic under the m < M predicate (the routed one-tile expert kernel's full stage: 714
+// static instructions).
+template <int NT, typename W>
+struct x_lane {
+    const W *x[NT];
+    bool ok[NT];  // token nt * 8 + g < M
+    const float2 *sx;
+};
+
+template <int NT, typename W>
+__device__ __forceinline__ x_lane<NT, W> x_lane_of(const void *xs, const float *sx, size_t row_words, int M, int g, int q) {
+    x_lane<NT, W> L;
+    constexpr int LANE_WORDS = sizeof(W) == 8 ? 1 : 2;  // 8 bytes (official) or 32 (reference) per q
+    const W *base = static_cast<const W *>(xs) + LANE_WORDS * q;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
         const int m = nt * 8 + g;
-        o.x[nt] = m < M ? __ldg(xrow + size_t(m) * xstride) : make_uint2(0, 0);
-        o.sx[nt] = __ldg(reinterpret_cast<const float2 *>(sxrow + nt * 8 + 2 * q));
+        L.ok[nt] = m < M;
+        L.x[nt] = base + (L.ok[nt] ? m : 0) * row_words;
+    }
+    L.sx = reinterpret_cast<const float2 *>(sx) + q;
+    return L;
+}
+
+template <int NT>
+__device__ __forceinline__ x8_operands<NT> load_x8(const x_lane<NT, uint2> &L, int k32) {
+    x8_operands<NT> o;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        o.x[nt] = L.ok[nt] ? __ldg(L.x[nt] + k32 * 4) : make_uint2(0, 0);
+        o.sx[nt] = __ldg(L.sx + k32 * (SX_TOKENS / 2) + nt * 4);
     }
     return o;
 }
@@ -212,40 +240,35 @@ __device__ __forceinline__ void kblock_x8(uint2 la, uint2 lb, float sa, float sb
     }
 }
 
-template <bool FP4, bool X8, int NT>
-__device__ __forceinline__ void kblock(uint2 la, uint2 lb, float sa, float sb, const void *xrow, const float *sxrow,
-                                       int xstride, int M, int g, int q, float (&acc)[NT][4]) {
-    if constexpr (X8) {
-        kblock_x8<FP4, NT>(la, lb, sa, sb, load_x8<NT>(static_cast<const uint2 *>(xrow), sxrow, xstride, M, g, q), acc);
-    } else {
-        float d[NT][4] = {};
+// Reference mode's k block k32 (official mode: kblock_x8 after load_x8).
+template <bool FP4, int NT>
+__device__ __forceinline__ void kblock_ref(uint2 la, uint2 lb, float sa, float sb, const x_lane<NT, uint4> &L, int k32,
+                                           float (&acc)[NT][4]) {
+    float d[NT][4] = {};
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            uint32_t a[4];
-            if constexpr (FP4) {  // byte 2h holds physical k 4h, 4h+1; byte 2h+1 holds 4h+2, 4h+3
-                a[0] = h ? e2m1_byte_to_h2<2>(la.x) : e2m1_byte_to_h2<0>(la.x);
-                a[2] = h ? e2m1_byte_to_h2<3>(la.x) : e2m1_byte_to_h2<1>(la.x);
-                a[1] = h ? e2m1_byte_to_h2<2>(lb.x) : e2m1_byte_to_h2<0>(lb.x);
-                a[3] = h ? e2m1_byte_to_h2<3>(lb.x) : e2m1_byte_to_h2<1>(lb.x);
-            } else {  // word h holds physical k 4h .. 4h+3
-                const uint32_t wa4 = h ? la.y : la.x, wb4 = h ? lb.y : lb.x;
-                a[0] = fp8x2_to_h2(wa4), a[2] = fp8x2_to_h2(wa4 >> 16);
-                a[1] = fp8x2_to_h2(wb4), a[3] = fp8x2_to_h2(wb4 >> 16);
-            }
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                const int m = nt * 8 + g;
-                uint4 xv = make_uint4(0, 0, 0, 0);
-                if (m < M) xv = __ldg(static_cast<const uint4 *>(xrow) + size_t(m) * xstride + h);
-                mma_f16(d[nt], a, xv.x, xv.y);
-                mma_f16(d[nt], a, xv.z, xv.w);
-            }
+    for (int h = 0; h < 2; h++) {
+        uint32_t a[4];
+        if constexpr (FP4) {  // byte 2h holds physical k 4h, 4h+1; byte 2h+1 holds 4h+2, 4h+3
+            a[0] = h ? e2m1_byte_to_h2<2>(la.x) : e2m1_byte_to_h2<0>(la.x);
+            a[2] = h ? e2m1_byte_to_h2<3>(la.x) : e2m1_byte_to_h2<1>(la.x);
+            a[1] = h ? e2m1_byte_to_h2<2>(lb.x) : e2m1_byte_to_h2<0>(lb.x);
+            a[3] = h ? e2m1_byte_to_h2<3>(lb.x) : e2m1_byte_to_h2<1>(lb.x);
+        } else {  // word h holds physical k 4h .. 4h+3
+            const uint32_t wa4 = h ? la.y : la.x, wb4 = h ? lb.y : lb.x;
+            a[0] = fp8x2_to_h2(wa4), a[2] = fp8x2_to_h2(wa4 >> 16);
+            a[1] = fp8x2_to_h2(wb4), a[3] = fp8x2_to_h2(wb4 >> 16);
         }
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-            acc[nt][0] += d[nt][0] * sa, acc[nt][1] += d[nt][1] * sa;
-            acc[nt][2] += d[nt][2] * sb, acc[nt][3] += d[nt][3] * sb;
+            const uint4 xv = L.ok[nt] ? __ldg(L.x[nt] + k32 * 8 + h) : make_uint4(0, 0, 0, 0);
+            mma_f16(d[nt], a, xv.x, xv.y);
+            mma_f16(d[nt], a, xv.z, xv.w);
         }
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        acc[nt][0] += d[nt][0] * sa, acc[nt][1] += d[nt][1] * sa;
+        acc[nt][2] += d[nt][2] * sb, acc[nt][3] += d[nt][3] * sb;
     }
 }
 
@@ -332,9 +355,8 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
     }
     // x rows in words: official 32-k blocks of 4 8-byte words (E4M3), reference of 8 16-byte
     // words (fp16 hi / lo pairs).
-    constexpr int X_WORDS = X8 ? 4 : 8;
-    const int xstride = K / 32 * X_WORDS;
-    const uint8_t *xbase = static_cast<const uint8_t *>(J.xs) + (X8 ? 8 * q : 32 * q);
+    using XW = std::conditional_t<X8, uint2, uint4>;
+    const x_lane<NT, XW> xl = x_lane_of<NT, XW>(J.xs, J.sx, size_t(K / 32) * (X8 ? 4 : 8), M, g, q);
     constexpr int FOLD = X8 ? 6 : 14;  // MXFP4: the decode tricks' 2^6 / 2^14, folded into the scale
 
     float acc[NT][4] = {};
@@ -373,7 +395,6 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
                 sb[u] = dev::e8m0_value_pow2<FOLD>(__byte_perm(wb, 0, 0x4440 + u));
             }
         };
-        auto xrow_of = [&](int k32) { return static_cast<const void *>(xbase + k32 * X_WORDS * (X8 ? 8 : 16)); };
         if (kb + KPS <= kb1) {
             // A full stage, in groups of 4 k blocks: the scales (and in official mode x) do not come
             // through the ring, so the first group's are requested before waiting on it and their
@@ -388,9 +409,7 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
                 if constexpr (X8) {
                     x8_operands<NT> o[4];
 #pragma unroll
-                    for (int u = 0; u < 4; u++)
-                        o[u] = load_x8<NT>(static_cast<const uint2 *>(xrow_of(kb + g0 + u)), J.sx + (kb + g0 + u) * SX_TOKENS,
-                                           xstride, M, g, q);
+                    for (int u = 0; u < 4; u++) o[u] = load_x8<NT>(xl, kb + g0 + u);
                     if (g0 == 0) {
                         cp_async_wait<STAGES - 2>();
                         __syncwarp();
@@ -412,7 +431,7 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
                     for (int u = 0; u < 4; u++) {
                         uint2 la, lb;
                         weights(g0 + u, la, lb);
-                        kblock<FP4, X8, NT>(la, lb, sa[u], sb[u], xrow_of(kb + g0 + u), nullptr, xstride, M, g, q, acc);
+                        kblock_ref<FP4, NT>(la, lb, sa[u], sb[u], xl, kb + g0 + u, acc);
                     }
                 }
             }
@@ -424,8 +443,10 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
                 float sa, sb;
                 weights(u, la, lb);
                 scale_of(kb + u, sa, sb);
-                kblock<FP4, X8, NT>(la, lb, sa, sb, xrow_of(kb + u), X8 ? J.sx + (kb + u) * SX_TOKENS : nullptr,
-                                    xstride, M, g, q, acc);
+                if constexpr (X8)
+                    kblock_x8<FP4, NT>(la, lb, sa, sb, load_x8<NT>(xl, kb + u), acc);
+                else
+                    kblock_ref<FP4, NT>(la, lb, sa, sb, xl, kb + u, acc);
             }
         }
         __syncwarp();  // every lane is done with this slot before it is refilled
