@@ -523,17 +523,16 @@ Status device_model::append(dev_rows &r, const float *src, int64_t n) const {
 
 hc_mix_dev device_model::hc_mix_buffers(int64_t S) const {
     const int64_t hc = cfg_.hc_mult;
-    return {temp_f32(S * hc), temp_f32(S * hc), temp_f32(S * hc * hc)};
+    return {temp_f32(S * hc), temp_f32(S * hc), temp_f32(S * hc * hc), temp_f32(S * (2 + hc) * hc)};
 }
 
 Status device_model::hc_mixes(const float *X, int64_t S, const float *fn, const float *scale, const float *base,
                               const hc_mix_dev &out) const {
     const int hc = cfg_.hc_mult;
     const int64_t n_mix = int64_t(2 + hc) * hc;
-    dtemp mm = temp_f32(S * n_mix);
     DS41RT_RETURN_IF_ERROR(
-        cuda::hc_project(X, S, int64_t(hc) * cfg_.dim, fn, n_mix, cfg_.norm_eps, official_, mm.f(), stream_));
-    return cuda::hc_split_sinkhorn(mm.f(), S, hc, scale, base, cfg_.hc_eps, cfg_.hc_sinkhorn_iters, out.pre.f(),
+        cuda::hc_project(X, S, int64_t(hc) * cfg_.dim, fn, n_mix, cfg_.norm_eps, official_, out.mm.f(), stream_));
+    return cuda::hc_split_sinkhorn(out.mm.f(), S, hc, scale, base, cfg_.hc_eps, cfg_.hc_sinkhorn_iters, out.pre.f(),
                                    out.post.f(), out.comb.f(), stream_);
 }
 

@@ -68,9 +68,12 @@ struct dev_rows {
     const float *at(int64_t r) const { return buf.f() + r * width; }
 };
 
-// The mHC mixes of one site for S tokens: pre, post [S, hc], comb [S, hc, hc].
+// The mHC mixes of one site for S tokens: pre, post [S, hc], comb [S, hc, hc], and the
+// projection they come from, mm [S, (2 + hc) hc]. mm is a step buffer rather than a temporary
+// so that a captured step's side branch (hc_mixes off the main stream) holds no graph memory
+// nodes.
 struct hc_mix_dev {
-    dtemp pre, post, comb;
+    dtemp pre, post, comb, mm;
 };
 
 // A linear's weight on the device, in its stored format.
