@@ -13,6 +13,8 @@
 //  - hc_split_sinkhorn: the same fp32 steps except exp (fp64 rounded vs glibc expf, <= 1 ulp
 //    apart), carried through 20 normalizations: 1e-5 relative; pre alone and post + comb in a
 //    second call bit-equal to the one call.
+//  - hc_pre (V4's head): against the CPU head's pre at 1e-5 relative (one sigmoid: the same exp
+//    difference), and bit-equal to the split's pre at the split's row stride.
 //  - hc_collapse / hc_expand / hc_expand_sum, fed the CPU's mixes: bit-exact (sequential fp32, no
 //    FMA; the sum's add is the engine's fp32 add, bf16-rounded with the streams).
 // Bit mismatches are printed for all four. Outputs are poisoned with NaN (expand works in place
@@ -24,6 +26,7 @@
 #include <string>
 #include <utility>
 
+#include "backend/cpu/ops.h"
 #include "backend/cuda/mhc.cuh"
 #include "engine/mhc.h"
 #include "small_ops_util.h"
@@ -178,6 +181,41 @@ void check_split(int hc, const std::vector<float> &scale) {
 TEST_F(CudaMhc, SplitSinkhorn) {
     check_split(HC, scale);
     check_split(3, scale);
+}
+
+// hc_pre (V4's hc_head: the pre mixes projected alone, row stride hc) against the CPU head's
+// sigmoid(m * scale + base) + eps (v4_model's hc_head; exp differs by <= 1 ulp as in the split:
+// 1e-5 relative), and at the split's row stride its bits equal hc_split_sinkhorn's pre.
+TEST_F(CudaMhc, PreAloneMatchesTheEngine) {
+    const float eps = 1e-6f, sc = 0.8f;
+    std::vector<float> m = testing_util::random_normal(size_t(S * N_MIX), 13);
+    for (auto &v : m) v *= 3.0f;
+    std::vector<float> head_m(size_t(S * HC));
+    for (int64_t s = 0; s < S; s++)
+        for (int j = 0; j < HC; j++) head_m[size_t(s * HC + j)] = m[size_t(s * N_MIX + j)];
+    dev_vec<float> dhm(head_m), dm(m), dsc(scale), db(base), pre(size_t(S * HC)), pre_split(size_t(S * HC));
+    pre.poison();
+    ASSERT_TRUE(cuda::hc_pre(dhm.p, S, HC, HC, dsc.p, db.p, eps, pre.p, nullptr).is_ok());
+    const std::vector<float> got = pre.download();
+    stats st;
+    for (int64_t s = 0; s < S; s++)
+        for (int j = 0; j < HC; j++) {
+            const size_t i = size_t(s * HC + j);
+            const float want = backend::cpu::sigmoid(head_m[i] * sc + base[size_t(j)]) + eps;
+            ASSERT_TRUE(std::isfinite(got[i])) << "pre " << i << " not written";
+            const double d = std::fabs(double(got[i]) - want);
+            st.bits += f32_bits(got[i]) != f32_bits(want);
+            EXPECT_LE(d, 1e-5 * std::fabs(want)) << "pre[" << s << ", " << j << "]";
+            st.worst = std::max(st.worst, d / std::fabs(double(want)));
+        }
+    std::printf("[ info ] hc_pre hc %d: max rel err %.3g, bit mismatches %zu of %lld\n", HC, st.worst, st.bits,
+                (long long)(S * HC));
+    pre.poison();
+    pre_split.poison();
+    ASSERT_TRUE(cuda::hc_pre(dm.p, S, HC, N_MIX, dsc.p, db.p, eps, pre.p, nullptr).is_ok());
+    ASSERT_TRUE(cuda::hc_split_sinkhorn(dm.p, S, HC, dsc.p, db.p, eps, ITERS, pre_split.p, nullptr, nullptr, nullptr).is_ok());
+    EXPECT_EQ(testing_util::bit_mismatches(pre.download(), pre_split.download(), "hc_pre vs the split's pre"), 0u);
+    EXPECT_FALSE(cuda::hc_pre(dm.p, S, HC, HC - 1, dsc.p, db.p, eps, pre.p, nullptr).is_ok());
 }
 
 TEST_F(CudaMhc, CollapseAndExpandAreBitExact) {

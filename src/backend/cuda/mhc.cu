@@ -257,6 +257,21 @@ int64_t dmma_min_s() {
 
 __device__ __forceinline__ float exp_f(float x) { return float(exp(double(x))); }
 __device__ __forceinline__ float sigmoid_f(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, exp_f(-x))); }
+// A pre mix from its projection m: sigmoid(m * scale + base) + eps (engine hc_split_sinkhorn's).
+__device__ __forceinline__ float pre_of(float m, float scale, float base, float eps) {
+    return __fadd_rn(sigmoid_f(__fadd_rn(__fmul_rn(m, scale), base)), eps);
+}
+
+// hc_pre: one thread per (token, stream). Bytes: S * hc * 8.
+__global__ void pre_kernel(const float *m, int64_t S, int hc, int64_t ld, const float *sc, const float *b, float eps,
+                           float *pre) {
+    pdl_enter();
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= S * hc) return;
+    const int64_t s = i / hc;
+    const int j = int(i - s * hc);
+    pre[i] = pre_of(m[s * ld + j], sc[0], b[j], eps);
+}
 
 // One thread per token; ~hc^2 * 2 * iters divisions. Bytes: S * (2 + hc) * hc * 8.
 __global__ void split_kernel(const float *m, int64_t S, int hc, const float *sc, const float *b, float eps, int iters,
@@ -267,7 +282,7 @@ __global__ void split_kernel(const float *m, int64_t S, int hc, const float *sc,
     const int64_t n_mix = int64_t(2 + hc) * hc;
     const float *ms = m + s * n_mix;
     for (int j = 0; j < hc; j++) {
-        if (pre) pre[s * hc + j] = __fadd_rn(sigmoid_f(__fadd_rn(__fmul_rn(ms[j], sc[0]), b[j])), eps);
+        if (pre) pre[s * hc + j] = pre_of(ms[j], sc[0], b[j], eps);
         if (post) post[s * hc + j] = __fmul_rn(2.0f, sigmoid_f(__fadd_rn(__fmul_rn(ms[hc + j], sc[1]), b[hc + j])));
     }
     if (!comb) return;
@@ -319,7 +334,7 @@ __global__ void split_warp_kernel(const float *m, int64_t S, const float *sc, co
     const bool on = lane < HC * HC;
     const float *ms = m + s * (2 + HC) * HC;
     if (lane < HC) {
-        if (pre) pre[s * HC + lane] = __fadd_rn(sigmoid_f(__fadd_rn(__fmul_rn(ms[lane], sc[0]), b[lane])), eps);
+        if (pre) pre[s * HC + lane] = pre_of(ms[lane], sc[0], b[lane], eps);
         if (post) post[s * HC + lane] = __fmul_rn(2.0f, sigmoid_f(__fadd_rn(__fmul_rn(ms[HC + lane], sc[1]), b[HC + lane])));
     }
     if (!comb) return;  // per warp
@@ -437,6 +452,17 @@ Status hc_split_sinkhorn(const float *m, int64_t S, int hc, const float *scale, 
         (void)launch_pdl(split_kernel, unsigned((S + 63) / 64), 64, 0, stream, m, S, hc, scale, base, eps, iters, pre,
                          post, comb);
     }
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return Status::ok();
+}
+
+Status hc_pre(const float *m, int64_t S, int hc, int64_t ld, const float *scale, const float *base, float eps, float *pre,
+              cudaStream_t stream) {
+    if (S < 0 || hc <= 0 || hc > MAX_HC || ld < hc)
+        return bad("hc_pre", "S " + std::to_string(S) + ", hc " + std::to_string(hc) + " (1..8), ld " + std::to_string(ld));
+    if (S == 0) return Status::ok();
+    if (!m || !scale || !base || !pre) return bad("hc_pre", "null pointer");
+    (void)launch_pdl(pre_kernel, unsigned((S * hc + 255) / 256), 256, 0, stream, m, S, hc, ld, scale, base, eps, pre);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }

@@ -31,6 +31,12 @@ Status hc_project(const float *X, int64_t S, int64_t flat, const float *fn, int6
 Status hc_split_sinkhorn(const float *m, int64_t S, int hc, const float *scale, const float *base, float eps, int iters,
                          float *pre, float *post, float *comb, cudaStream_t stream);
 
+// pre [S, hc] alone from m (row stride ld >= hc), scale [1], base [hc]: hc_split_sinkhorn's pre
+// arithmetic for a site that projects its pre mixes only (V4's hc_head), so the step needs no
+// host round trip there.
+Status hc_pre(const float *m, int64_t S, int hc, int64_t ld, const float *scale, const float *base, float eps, float *pre,
+              cudaStream_t stream);
+
 // x[s, d] = sum_j pre[s, j] X[s, j, d] (j ascending, fp32). round_bf16: OFFICIAL's bf16 x.
 Status hc_collapse(const float *X, const float *pre, int64_t S, int hc, int64_t D, bool round_bf16, float *x,
                    cudaStream_t stream);

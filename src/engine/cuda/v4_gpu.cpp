@@ -10,10 +10,9 @@
 // (v4_compressor: the rows of windows not yet closed, pooled on the device when they close) and
 // the compressed entries / index keys live on the device (fp32 rows).
 //
-// What runs on the host, on rows brought back (each a synchronisation):
-//  - TRANSFORMERS' index scores (torch's tie order has no GPU twin; OFFICIAL's top-k and the
-//    picked entries of the attention key lists stay on the device, key_lists.h);
-//  - hc_head's pre weights (sigmoid of hc_head_fn's mixes: hc numbers per row), once a step.
+// What runs on the host, on rows brought back (a synchronisation): TRANSFORMERS' index scores
+// (torch's tie order has no GPU twin; OFFICIAL's top-k and the picked entries of the attention
+// key lists stay on the device, key_lists.h).
 // The router (v4_steps route()'s twin on the device: hash layers via tid2eid, the biased top-k
 // for the rest) and the routed experts (routed_decode) keep the routes on the device. Decode
 // steps of up to 16 rows replay CUDA graphs of their fixed-shape pieces as v41_gpu does.
@@ -129,14 +128,17 @@ public:
         DS41RT_RETURN_IF_ERROR(lin_("head.weight", &head_));
         DS41RT_RETURN_IF_ERROR(vec_("norm.weight", &norm_));
         DS41RT_RETURN_IF_ERROR(vec_("hc_head_fn", &hc_head_fn_));
-        DS41RT_RETURN_IF_ERROR(host_("hc_head_base", &hc_head_base_));
-        DS41RT_RETURN_IF_ERROR(host_("hc_head_scale", &hc_head_scale_));
+        DS41RT_RETURN_IF_ERROR(vec_("hc_head_base", &hc_head_base_));
+        DS41RT_RETURN_IF_ERROR(vec_("hc_head_scale", &hc_head_scale_));
         auto hfs = m.shape("hc_head_fn");
         if (!hfs) return hfs.status();
         if (hfs.value() != shape_t{hc, hc * D})
             return Status::invalid_argument("hc_head_fn: shape " + shape_str(hfs.value()) + ", expected " +
                                             shape_str(shape_t{hc, hc * D}));
-        if (hc_head_base_.numel() != hc || hc_head_scale_.numel() < 1)
+        auto hbs = m.shape("hc_head_base"), hss = m.shape("hc_head_scale");
+        if (!hbs) return hbs.status();
+        if (!hss) return hss.status();
+        if (shape_numel(hbs.value()) != hc || shape_numel(hss.value()) < 1)
             return Status::invalid_argument("hc_head_base / hc_head_scale: expected [" + std::to_string(hc) + "] / [1]");
         const rope_table rm = make_rope_table(c_, false), rc = make_rope_table(c_, true);
         n_pairs_ = rm.n_pairs;
@@ -281,22 +283,14 @@ private:
 
     // ---- mHC (spec 3.3): V4's classic sites, pre / post / comb computed and used at one site ----
 
-    // hc_head (spec 3.10): pre = sigmoid(mix * scale + base) + eps (on the host: hc numbers a
-    // row), then the collapse of the streams into x.
+    // hc_head (spec 3.10): pre = sigmoid(mix * scale + base) + eps, then the collapse of the streams
+    // into x, all on the device (the step's only synchronisation stays its logits).
     Status hc_head(const float *X, int64_t S, float *x) const {
         const int hc = c_.hc_mult;
-        dtemp mm = m_->temp_f32(S * hc);
+        dtemp mm = m_->temp_f32(S * hc), pre = m_->temp_f32(S * hc);
         DS41RT_RETURN_IF_ERROR(cuda::hc_project(X, S, int64_t(hc) * c_.dim, hc_head_fn_, hc, eps(), official_, mm.f(), st()));
-        Status s;
-        std::vector<float> m = m_->download_f32(mm.f(), S * hc, &s), pre(static_cast<size_t>(S * hc));
-        DS41RT_RETURN_IF_ERROR(s);
-        const float sc = hc_head_scale_.f()[0], *b = hc_head_base_.f();
-        for (int64_t r = 0; r < S; r++)
-            for (int j = 0; j < hc; j++)
-                pre[size_t(r * hc + j)] = backend::cpu::sigmoid(m[size_t(r * hc + j)] * sc + b[j]) + c_.hc_eps;
-        auto pre_d = m_->upload_temp(pre.data(), pre.size() * sizeof(float));
-        if (!pre_d) return pre_d.status();
-        return cuda::hc_collapse(X, pre_d->f(), S, hc, c_.dim, official_, x, st());
+        DS41RT_RETURN_IF_ERROR(cuda::hc_pre(mm.f(), S, hc, hc, hc_head_scale_, hc_head_base_, c_.hc_eps, pre.f(), st()));
+        return cuda::hc_collapse(X, pre.f(), S, hc, c_.dim, official_, x, st());
     }
 
     // ---- a compressor (spec 3.5; v4_model compress()) over the step's rows ----
@@ -696,7 +690,7 @@ private:
     const uint16_t *embed_ = nullptr;
     dlinear head_;
     const float *norm_ = nullptr, *hc_head_fn_ = nullptr, *inv_main_ = nullptr, *inv_compress_ = nullptr;
-    Tensor hc_head_base_, hc_head_scale_;  // host
+    const float *hc_head_base_ = nullptr, *hc_head_scale_ = nullptr;
     int n_pairs_ = 0;
     std::vector<layer_dev> layers_;
     mutable section_timer prof_;
