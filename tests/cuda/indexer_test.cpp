@@ -7,15 +7,20 @@
 // engine does (cpu::fake_quant_fp4_ue8m0, block 32) or left as random fp32 (a harder case for
 // the sum order). Metric: bit-exact, -inf entries included; the GPU sums each dot in fp64 in the
 // host's channel order and the heads in the host's order, without contraction. scores are
-// poisoned with NaN.
+// poisoned with NaN. index_scores_rows (several sequences' rows in one launch) and a top-k over
+// its padded block: bit-equal to each sequence's own scores and top-k.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <deque>
 #include <cstdio>
 #include <limits>
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/indexer.cuh"
+#include "backend/cuda/topk.cuh"
 #include "small_ops_util.h"
 
 using namespace ds41rt;
@@ -138,6 +143,94 @@ TEST(CudaIndexerTiming, V41DecodeRows) {
                                    double(p.T * 128 * 4 + S * p.T * 4),
                                    [&] { (void)cuda::index_scores(q.p, k.p, w.p, p, out.p, nullptr); }, 20);
     }
+}
+
+// A decode step's rows of several sequences in one index_scores_rows launch, then one top-k over
+// the [rows, Tmax] block (the engine's batched selection), against each sequence's own
+// index_scores and top-k: the scores bit-equal on each row's T columns and -inf on its padding,
+// the picks and counts equal. The sequences' key counts straddle index_topk (some select all their
+// visible keys, some a top 64 of more), one sees only part of its keys, and one row has T = 0.
+TEST(CudaIndexerRows, BatchedRowsSelectAsEachSequenceAlone) {
+    auto d = cuda::query_device();
+    if (!d) GTEST_SKIP() << d.status().to_string();
+    const int ih = 32, ihd = 128, topk = 64;
+    struct seq {
+        int64_t T, p0;
+        int ratio, rows;
+    };
+    const std::vector<seq> seqs = {{40, 163, 4, 1}, {300, 1203, 4, 2}, {64, 255, 4, 1}, {1000, 990, 1, 3}, {0, 2, 4, 1}};
+    int64_t Tmax = 0;
+    int R = 0;
+    for (const seq &q : seqs) Tmax = std::max(Tmax, q.T), R += q.rows;
+    cuda::index_score_params p;
+    p.ih = ih;
+    p.ihd = ihd;
+    p.qk_scale = 1.0f / std::sqrt(float(ihd));
+    p.head_scale = 1.0f / std::sqrt(float(ih));
+    p.official = true;
+    std::deque<dev_vec<float>> dq, dk, dw;  // never moved (dev_vec owns device memory)
+    std::vector<cuda::index_row> rows;
+    for (size_t i = 0; i < seqs.size(); i++) {
+        std::vector<float> q = testing_util::random_normal(size_t(seqs[i].rows * ih * ihd), uint32_t(20 + 3 * i));
+        std::vector<float> k = testing_util::random_normal(size_t(std::max<int64_t>(seqs[i].T, 1) * ihd), uint32_t(21 + 3 * i));
+        std::vector<float> w = testing_util::random_normal(size_t(seqs[i].rows * ih), uint32_t(22 + 3 * i));
+        cpu::fake_quant_fp4_ue8m0(q.data(), seqs[i].rows * ih, ihd, 32);
+        cpu::fake_quant_fp4_ue8m0(k.data(), std::max<int64_t>(seqs[i].T, 1), ihd, 32);
+        for (auto &v : k) v = round_bf16(v);
+        for (auto &v : w) v = round_bf16(v);
+        dq.emplace_back(q), dk.emplace_back(k), dw.emplace_back(w);
+    }
+    for (size_t i = 0; i < seqs.size(); i++)
+        for (int s = 0; s < seqs[i].rows; s++)
+            rows.push_back({dq[i].p + size_t(s) * ih * ihd, dw[i].p + size_t(s) * ih, dk[i].p, seqs[i].T,
+                            (seqs[i].p0 + s + 1) / seqs[i].ratio});
+    const int K = int(std::min<int64_t>(topk, Tmax));
+    dev_vec<float> batch(size_t(R) * Tmax);
+    dev_vec<int32_t> bidx(size_t(R) * K), bcnt{size_t(R)};
+    batch.poison();
+    ASSERT_TRUE(cuda::index_scores_rows(rows.data(), R, p, Tmax, batch.p, nullptr).is_ok());
+    ASSERT_TRUE(cuda::topk_lower_index(batch.p, R, Tmax, Tmax, K, bidx.p, bcnt.p, nullptr).is_ok());
+    const std::vector<float> bs = batch.download();
+    const std::vector<int32_t> bi = bidx.download(), bc = bcnt.download();
+    size_t score_bad = 0, pick_bad = 0;
+    int r0 = 0;
+    for (size_t i = 0; i < seqs.size(); i++) {
+        const seq &q = seqs[i];
+        if (q.T > 0) {
+            cuda::index_score_params pi = p;
+            pi.S = q.rows, pi.T = q.T, pi.p0 = q.p0, pi.ratio = q.ratio;
+            dev_vec<float> own(size_t(q.rows * q.T));
+            const int k = int(std::min<int64_t>(topk, q.T));
+            dev_vec<int32_t> oidx(size_t(q.rows * k)), ocnt(size_t(q.rows));
+            ASSERT_TRUE(cuda::index_scores(dq[i].p, dk[i].p, dw[i].p, pi, own.p, nullptr).is_ok());
+            ASSERT_TRUE(cuda::topk_lower_index(own.p, q.rows, q.T, q.T, k, oidx.p, ocnt.p, nullptr).is_ok());
+            const std::vector<float> os = own.download();
+            const std::vector<int32_t> oi = oidx.download(), oc = ocnt.download();
+            for (int s = 0; s < q.rows; s++) {
+                const size_t br = size_t(r0 + s);
+                for (int64_t t = 0; t < Tmax; t++) {
+                    const float want = t < q.T ? os[size_t(s * q.T + t)] : -std::numeric_limits<float>::infinity();
+                    score_bad += std::memcmp(&bs[br * Tmax + t], &want, sizeof(float)) != 0;
+                }
+                pick_bad += bc[br] != oc[size_t(s)];
+                for (int j = 0; j < oc[size_t(s)] && j < K; j++) pick_bad += bi[br * K + j] != oi[size_t(s * k + j)];
+            }
+        } else {
+            for (int s = 0; s < q.rows; s++) {
+                for (int64_t t = 0; t < Tmax; t++) score_bad += !std::isinf(bs[size_t(r0 + s) * Tmax + t]);
+                pick_bad += bc[size_t(r0 + s)] != 0;
+            }
+        }
+        r0 += q.rows;
+    }
+    std::printf("[ info ] index_scores_rows: %d rows of %zu sequences, Tmax %lld: %zu score and %zu pick mismatches\n", R,
+                seqs.size(), (long long)Tmax, score_bad, pick_bad);
+    EXPECT_EQ(score_bad, 0u);
+    EXPECT_EQ(pick_bad, 0u);
+    std::vector<cuda::index_row> too_many(size_t(cuda::INDEX_ROWS_MAX + 1), rows[0]);
+    EXPECT_FALSE(cuda::index_scores_rows(too_many.data(), int(too_many.size()), p, Tmax, batch.p, nullptr).is_ok());
+    rows[0].T = Tmax + 1;
+    EXPECT_FALSE(cuda::index_scores_rows(rows.data(), R, p, Tmax, batch.p, nullptr).is_ok());
 }
 
 TEST(CudaIndexerArgs, RejectsBadShapes) {

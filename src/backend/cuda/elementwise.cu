@@ -1,5 +1,8 @@
 #include "backend/cuda/elementwise.cuh"
 
+#include <algorithm>
+#include <string>
+
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/numerics.cuh"
@@ -39,6 +42,19 @@ __global__ void scatter_add_kernel(float *acc, const float *y, const int32_t *id
         float *a = acc + int64_t(idx[i / D]) * D + i % D;
         *a = __fadd_rn(*a, v);
     }
+}
+
+// copy_floats: copy blockIdx.y, strided over its blocks. Bytes: 8 per float; a launch's latency
+// for the decode sizes (a 512-float row per sequence), which is what one launch instead of one
+// cudaMemcpyAsync per copy saves.
+struct copy_batch {
+    float_copy c[COPY_BATCH];
+};
+__global__ void copy_kernel(const __grid_constant__ copy_batch b) {
+    pdl_enter();
+    const float_copy &c = b.c[blockIdx.y];
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < c.n; i += int64_t(gridDim.x) * blockDim.x)
+        c.dst[i] = c.src[i];
 }
 
 // Bytes: 4 (K + 1) per element (each route's row read once, acc written once); K adds. One
@@ -99,6 +115,28 @@ Status sum_routes(float *acc, const float *y, const int32_t *pos, const float *w
     if (K <= 0 || !acc || !y || !pos) return Status::invalid_argument("sum_routes: K " + std::to_string(K) + " or a null pointer");
     sum_routes_kernel<<<blocks_for(S * D), 256, 0, stream>>>(acc, y, pos, weight, S, K, D, round_bf16);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return Status::ok();
+}
+
+Status copy_floats(const float_copy *copies, int count, cudaStream_t stream) {
+    if (count < 0 || (count > 0 && !copies)) return Status::invalid_argument("copy_floats: bad copy list");
+    for (int i0 = 0; i0 < count; i0 += COPY_BATCH) {
+        copy_batch b{};
+        int k = 0;
+        int64_t longest = 0;
+        for (int i = i0; i < count && i < i0 + COPY_BATCH; i++) {
+            const float_copy &c = copies[i];
+            if (c.n < 0 || (c.n > 0 && (!c.src || !c.dst)))
+                return Status::invalid_argument("copy_floats: copy " + std::to_string(i) + " has a null pointer or n < 0");
+            if (c.n == 0) continue;
+            b.c[k++] = c;
+            longest = std::max(longest, c.n);
+        }
+        if (k == 0) continue;
+        const unsigned blocks = unsigned(std::min<int64_t>((longest + 255) / 256, 64));
+        (void)launch_pdl(copy_kernel, dim3(blocks, unsigned(k)), 256, 0, stream, b);
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    }
     return Status::ok();
 }
 

@@ -32,4 +32,15 @@ Status scatter_add_rows(float *acc, const float *y, const int32_t *idx, const fl
 Status sum_routes(float *acc, const float *y, const int32_t *pos, const float *weight, int64_t S, int K, int64_t D,
                   bool round_bf16, cudaStream_t stream);
 
+// Many small copies in one launch (a decode step's rows joining each sequence's buffers): dst[i]
+// = src[i] for n floats, per copy. Copies must not overlap one another. Launches one kernel per
+// COPY_BATCH copies; a copy of n = 0 is skipped.
+struct float_copy {
+    const float *src = nullptr;
+    float *dst = nullptr;
+    int64_t n = 0;
+};
+constexpr int COPY_BATCH = 64;
+Status copy_floats(const float_copy *copies, int count, cudaStream_t stream);
+
 }  // namespace ds41rt::backend::cuda

@@ -38,26 +38,25 @@ size_t smem_bytes(const index_score_params &p) {
 
 __device__ __forceinline__ float relu_host(float d) { return d < 0.0f ? 0.0f : d; }  // std::max(d, 0.0f)
 
+// One block's 128 keys of one query row: qs [ih, ihd], wrow [ih], keys [T, ihd]; out[t] for
+// t < n_out (n_out >= T: columns from T on are padding, -inf like the masked keys).
 template <int HT>
-__global__ void __launch_bounds__(BT) index_scores_kernel(const float *q, const float *keys, const float *w,
-                                                          index_score_params p, float *scores) {
+__device__ __forceinline__ void score_block(const float *qs, const float *wrow, const float *keys, int64_t T, int64_t visible,
+                                            int64_t n_out, const index_score_params &p, float *out) {
     extern __shared__ __align__(16) double smem[];
     const int ih = p.ih, ihd = p.ihd, tid = threadIdx.x;
     double *qd = smem;                                         // [ih, ihd]
     float *ks = reinterpret_cast<float *>(qd + size_t(ih) * ihd);  // [ihd, PITCH]
     float *ws = ks + size_t(ihd) * PITCH;                      // [ih], the head weights as the branch uses them
-    const int64_t s = blockIdx.y, t0 = int64_t(blockIdx.x) * BT, t = t0 + tid, T = p.T;
-    const int64_t visible = (p.p0 + s + 1) / p.ratio;
-    float *out = scores + s * T;
+    const int64_t t0 = int64_t(blockIdx.x) * BT, t = t0 + tid, lim = visible < T ? visible : T;
     const float NEG_INF = -__int_as_float(0x7f800000);
-    if (t0 >= visible) {  // the whole tile is masked (uniform over the block)
-        if (t < T) out[t] = NEG_INF;
+    if (t0 >= lim) {  // the whole tile is masked (uniform over the block)
+        if (t < n_out) out[t] = NEG_INF;
         return;
     }
-    const float *qs = q + s * ih * ihd;
     for (int i = tid; i < ih * ihd; i += BT) qd[i] = double(qs[i]);
     for (int h = tid; h < ih; h += BT) {
-        const float wv = w[s * ih + h];
+        const float wv = wrow[h];
         ws[h] = p.official ? dev::round_bf16(__fmul_rn(wv, __fmul_rn(p.qk_scale, p.head_scale)))
                            : __fmul_rn(wv, p.head_scale);
     }
@@ -66,8 +65,8 @@ __global__ void __launch_bounds__(BT) index_scores_kernel(const float *q, const 
         ks[c * PITCH + r] = t0 + r < T ? keys[(t0 + r) * ihd + c] : 0.0f;
     }
     __syncthreads();
-    if (t >= T) return;
-    if (t >= visible) {
+    if (t >= n_out) return;
+    if (t >= lim) {
         out[t] = NEG_INF;
         return;
     }
@@ -98,22 +97,60 @@ __global__ void __launch_bounds__(BT) index_scores_kernel(const float *q, const 
 }
 
 template <int HT>
-Status launch(const float *q, const float *keys, const float *w, const index_score_params &p, float *scores,
-              cudaStream_t stream) {
-    static const int optin = [] {
-        int dev = 0, v = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-        cudaFuncSetAttribute(index_scores_kernel<HT>, cudaFuncAttributeMaxDynamicSharedMemorySize, v);
-        return v;
-    }();
+__global__ void __launch_bounds__(BT) index_scores_kernel(const float *q, const float *keys, const float *w,
+                                                          index_score_params p, float *scores) {
+    const int64_t s = blockIdx.y;
+    score_block<HT>(q + s * p.ih * p.ihd, w + s * p.ih, keys, p.T, (p.p0 + s + 1) / p.ratio, p.T, p, scores + s * p.T);
+}
+
+// index_scores_rows: row blockIdx.y from the table, into [rows, ld].
+struct row_table {
+    index_row r[INDEX_ROWS_MAX];
+};
+template <int HT>
+__global__ void __launch_bounds__(BT) index_rows_kernel(const __grid_constant__ row_table tab, index_score_params p, int64_t ld,
+                                                        float *scores) {
+    const index_row &r = tab.r[blockIdx.y];
+    score_block<HT>(r.q, r.w, r.keys, r.T, r.visible, ld, p, scores + int64_t(blockIdx.y) * ld);
+}
+
+// The shared-memory opt-in of a kernel instance, raised to the device's limit on first use.
+template <class K>
+int optin_for(K *kernel) {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, v);
+    return v;
+}
+
+Status smem_fits(const index_score_params &p, int optin) {
     const size_t smem = smem_bytes(p);
     if (smem > size_t(optin))
         return Status::not_supported("index_scores: ih " + std::to_string(p.ih) + " x ihd " + std::to_string(p.ihd) +
                                      " needs " + std::to_string(smem) + " bytes of shared memory, the device allows " +
                                      std::to_string(optin));
+    return Status::ok();
+}
+
+template <int HT>
+Status launch(const float *q, const float *keys, const float *w, const index_score_params &p, float *scores,
+              cudaStream_t stream) {
+    static const int optin = optin_for(index_scores_kernel<HT>);
+    DS41RT_RETURN_IF_ERROR(smem_fits(p, optin));
     const dim3 grid(unsigned((p.T + BT - 1) / BT), unsigned(p.S));
-    index_scores_kernel<HT><<<grid, BT, smem, stream>>>(q, keys, w, p, scores);
+    index_scores_kernel<HT><<<grid, BT, smem_bytes(p), stream>>>(q, keys, w, p, scores);
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return Status::ok();
+}
+
+template <int HT>
+Status launch_rows(const row_table &tab, int rows, const index_score_params &p, int64_t ld, float *scores,
+                   cudaStream_t stream) {
+    static const int optin = optin_for(index_rows_kernel<HT>);
+    DS41RT_RETURN_IF_ERROR(smem_fits(p, optin));
+    const dim3 grid(unsigned((ld + BT - 1) / BT), unsigned(rows));
+    index_rows_kernel<HT><<<grid, BT, smem_bytes(p), stream>>>(tab, p, ld, scores);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }
@@ -134,6 +171,29 @@ Status index_scores(const float *q, const float *keys, const float *w, const ind
     if (p.ih % 4 == 0) return launch<4>(q, keys, w, p, scores, stream);
     if (p.ih % 2 == 0) return launch<2>(q, keys, w, p, scores, stream);
     return launch<1>(q, keys, w, p, scores, stream);
+}
+
+Status index_scores_rows(const index_row *rows, int n, const index_score_params &p, int64_t ld, float *scores,
+                         cudaStream_t stream) {
+    if (n < 0 || n > INDEX_ROWS_MAX || p.ih < 1 || p.ihd < 2 || p.ihd % 2 != 0 || ld < 0)
+        return Status::invalid_argument("index_scores_rows: " + std::to_string(n) + " rows (<= " +
+                                        std::to_string(INDEX_ROWS_MAX) + "), ih " + std::to_string(p.ih) + ", ihd " +
+                                        std::to_string(p.ihd) + " (even), ld " + std::to_string(ld));
+    if (n == 0 || ld == 0) return Status::ok();
+    if (!scores || !rows) return Status::invalid_argument("index_scores_rows: null rows or scores");
+    row_table tab{};
+    for (int i = 0; i < n; i++) {
+        const index_row &r = rows[i];
+        if (r.T < 0 || r.T > ld || r.visible < 0 || (r.T > 0 && (!r.q || !r.w || !r.keys)))
+            return Status::invalid_argument("index_scores_rows: row " + std::to_string(i) + " has T " + std::to_string(r.T) +
+                                            " (0..ld " + std::to_string(ld) + "), visible " + std::to_string(r.visible) +
+                                            " or a null q, w or keys");
+        tab.r[i] = r;
+    }
+    if (p.ih % 8 == 0) return launch_rows<8>(tab, n, p, ld, scores, stream);
+    if (p.ih % 4 == 0) return launch_rows<4>(tab, n, p, ld, scores, stream);
+    if (p.ih % 2 == 0) return launch_rows<2>(tab, n, p, ld, scores, stream);
+    return launch_rows<1>(tab, n, p, ld, scores, stream);
 }
 
 }  // namespace ds41rt::backend::cuda

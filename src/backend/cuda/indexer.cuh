@@ -35,4 +35,20 @@ struct index_score_params {
 Status index_scores(const float *q, const float *keys, const float *w, const index_score_params &p, float *scores,
                     cudaStream_t stream);
 
+// One query row of index_scores_rows: its q [ih, ihd] and w [ih], its sequence's keys [T, ihd]
+// and how many of them it sees (visible = (p0 + s + 1) / ratio for its position).
+struct index_row {
+    const float *q = nullptr, *w = nullptr, *keys = nullptr;
+    int64_t T = 0, visible = 0;
+};
+constexpr int INDEX_ROWS_MAX = 16;  // rows per call (a decode step's)
+
+// index_scores for n rows of different sequences in one launch (p's S, T, p0 and ratio unused):
+// scores[i, t] for t < ld are row i's index_scores values for t < T_i (the same bits as its
+// sequence's own call) and -inf from T_i on, so one topk_lower_index over [n, ld] picks for each
+// row what its own call's top-k picks (padding sorts after every real key and is dropped). T_i <=
+// ld, n <= INDEX_ROWS_MAX. Graph-replayable: yes (the table is a kernel parameter).
+Status index_scores_rows(const index_row *rows, int n, const index_score_params &p, int64_t ld, float *scores,
+                         cudaStream_t stream);
+
 }  // namespace ds41rt::backend::cuda

@@ -504,8 +504,8 @@ std::vector<float> device_model::download_f32(const float *dev, int64_t n, Statu
     return h;
 }
 
-Status device_model::append(dev_rows &r, const float *src, int64_t n) const {
-    if (n <= 0) return Status::ok();
+// Room for n more rows of r (capacity doubles; the old rows are copied on the stream).
+Status device_model::reserve(dev_rows &r, int64_t n) const {
     if (r.rows + n > r.cap) {
         const int64_t cap = std::max({r.cap * 2, r.rows + n, int64_t(16)});
         dtemp nb = temp_f32(cap * r.width);
@@ -515,10 +515,31 @@ Status device_model::append(dev_rows &r, const float *src, int64_t n) const {
         r.buf = std::move(nb);
         r.cap = cap;
     }
+    return Status::ok();
+}
+
+Status device_model::append(dev_rows &r, const float *src, int64_t n) const {
+    if (n <= 0) return Status::ok();
+    DS41RT_RETURN_IF_ERROR(reserve(r, n));
     DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(r.buf.f() + r.rows * r.width, src, size_t(n * r.width) * sizeof(float),
                                                 cudaMemcpyDeviceToDevice, stream_));
     r.rows += n;
     return Status::ok();
+}
+
+Status device_model::append_rows(const std::vector<row_append> &jobs) const {
+    std::vector<cuda::float_copy> copies;
+    copies.reserve(jobs.size());
+    for (const row_append &j : jobs) {
+        if (j.n <= 0) continue;
+        for (const cuda::float_copy &c : copies)
+            if (c.dst >= j.r->buf.f() && c.dst < j.r->buf.f() + j.r->cap * j.r->width)
+                return Status::internal("append_rows: two appends to one buffer");
+        DS41RT_RETURN_IF_ERROR(reserve(*j.r, j.n));
+        copies.push_back({j.src, j.r->buf.f() + j.r->rows * j.r->width, j.n * j.r->width});
+        j.r->rows += j.n;
+    }
+    return cuda::copy_floats(copies.data(), int(copies.size()), stream_);
 }
 
 hc_mix_dev device_model::hc_mix_buffers(int64_t S) const {

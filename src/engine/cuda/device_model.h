@@ -195,6 +195,14 @@ public:
     std::vector<float> download_f32(const float *dev, int64_t n, Status *s) const;  // synchronises
     // Appends n rows of src (device) to r.
     Status append(dev_rows &r, const float *src, int64_t n) const;
+    // Many appends (to distinct dev_rows) in one launch (backend/cuda copy_floats), where one
+    // append each costs a copy call: a decode step's row joining every sequence's buffers.
+    struct row_append {
+        dev_rows *r = nullptr;
+        const float *src = nullptr;
+        int64_t n = 0;
+    };
+    Status append_rows(const std::vector<row_append> &jobs) const;
     // One mHC site's mixes from the streams X [S, hc, dim] (engine/mhc.h; OFFICIAL folds the RMS in
     // after the projection, as the reference does), into buffers of hc_mix_buffers(S).
     Status hc_mixes(const float *X, int64_t S, const float *fn, const float *scale, const float *base,
@@ -226,6 +234,7 @@ public:
                           int64_t G, int64_t R, float *out) const;
 
 private:
+    Status reserve(dev_rows &r, int64_t n) const;
     device_model() = default;
     Result<void *> alloc(size_t bytes);
     Result<const uint8_t *> bytes(const std::string &name);  // a checkpoint tensor's stored bytes

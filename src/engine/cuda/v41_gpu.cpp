@@ -29,6 +29,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <memory>
+#include <string>
 
 #include "backend/cuda/exl3_moe.cuh"
 #include "backend/cuda/attention.cuh"
@@ -120,7 +122,10 @@ struct seq_dev {
 struct shared_sel {
     bool has_topk = false;
     std::vector<std::vector<int32_t>> topk;  // TRANSFORMERS
-    dtemp pick_idx, pick_cnt;                // OFFICIAL
+    // OFFICIAL: this sequence's rows [n, pick_k] of picks and [n] counts, in a buffer that may hold
+    // a whole step's rows (the batched selection; shared by the step's sequences).
+    std::shared_ptr<dtemp> picks;
+    const int32_t *pick_idx = nullptr, *pick_cnt = nullptr;
     int pick_k = 0;
     bool has_candidates = false;
     std::vector<std::vector<uint8_t>> candidates;  // TRANSFORMERS: on the host
@@ -136,6 +141,7 @@ public:
             const experts::remote_layout &remote)
         : m_(std::move(m)), c_(m_->config()), hasher_(std::move(h)), has_engram_(has_engram),
           official_(m_->official()), layout_(remote), prof_(profile) {
+        if (const char *e = std::getenv("DS41RT_BATCHED_SELECT")) batched_select_ = std::string(e) != "0";
         if (layout_.any_remote()) remote_ = std::make_unique<experts::remote_experts>(layout_, c_.dim);
 #ifdef DS41RT_HAVE_NCCL
         bool any_nccl = false;
@@ -381,8 +387,10 @@ private:
 
     // ---- compressor of a KV source (spec 4.4): the latents of the groups completing here, from
     // the sequence's rows of the step's projections (kv, gate: [S, hd] at its rows) ----
+    // appended: the rows are in buf_kv / buf_gate already (attn_core appends a step's rows of all
+    // sequences in one launch).
     Result<dtemp> compress(const layer_dev &L, int layer, source_dev &src, const float *kv, const float *gate, int64_t S,
-                           int64_t *n_latent, int64_t *first_pos) const {
+                           int64_t *n_latent, int64_t *first_pos, bool appended = false) const {
         const int ratio = c_.ratio(layer);
         const int64_t hd = c_.head_dim;
         *first_pos = src.entries.rows * ratio;
@@ -393,8 +401,10 @@ private:
             *n_latent = S;
             return latent;
         }
-        DS41RT_RETURN_IF_ERROR(m_->append(src.buf_kv, kv, S));
-        DS41RT_RETURN_IF_ERROR(m_->append(src.buf_gate, gate, S));
+        if (!appended) {
+            DS41RT_RETURN_IF_ERROR(m_->append(src.buf_kv, kv, S));
+            DS41RT_RETURN_IF_ERROR(m_->append(src.buf_gate, gate, S));
+        }
         const int64_t groups = src.buf_kv.rows / ratio, used = groups * ratio;
         *n_latent = groups;
         dtemp latent = m_->temp_f32(std::max<int64_t>(groups, 1) * hd);
@@ -415,8 +425,10 @@ private:
 
     // ---- the lightning indexer of an index source (spec 4.6, 4.7) ----
     // q [S, ih, ihd] and w [S, ih]: the sequence's rows of the step's projections.
+    // select = false: the keys only (attn_core then selects for the step's rows at once,
+    // select_rows).
     Status indexer(const layer_dev &L, int layer, seq_dev &sq, const float *q, const float *w, const float *latent,
-                   int64_t n_latent, int64_t first_pos, int64_t p0, int64_t S, shared_sel &sh) const {
+                   int64_t n_latent, int64_t first_pos, int64_t p0, int64_t S, shared_sel &sh, bool select = true) const {
         const int ratio = c_.ratio(layer);
         const int64_t ihd = c_.index_head_dim, ih = c_.index_n_heads, hd = c_.head_dim;
         source_dev &src = sq.sources.at(c_.kv_source_for(layer));
@@ -434,7 +446,7 @@ private:
         }
         (void)hd;
         const int64_t T = src.index_keys.rows;
-        if (T == 0) return Status::ok();  // nothing to select yet; earlier selections stay published
+        if (T == 0 || !select) return Status::ok();  // nothing to select yet; earlier selections stay published
 
         cuda::index_score_params ip;
         ip.S = S;
@@ -471,11 +483,11 @@ private:
                                             " index keys, the candidate source " + std::to_string(sh.cand_T));
                 DS41RT_RETURN_IF_ERROR(cuda::apply_candidate_mask(scores_d.f(), sh.cand_mask.as<uint8_t>(), S, T, st()));
             }
-            sh.pick_idx = m_->temp(size_t(S * k) * sizeof(int32_t));
-            sh.pick_cnt = m_->temp(size_t(S) * sizeof(int32_t));
+            sh.picks = std::make_shared<dtemp>(m_->temp(size_t(S * k + S) * sizeof(int32_t)));
+            sh.pick_idx = sh.picks->as<int32_t>(), sh.pick_cnt = sh.pick_idx + S * k;
             sh.pick_k = int(k);
-            return cuda::topk_lower_index(scores_d.f(), S, T, T, int(k), sh.pick_idx.as<int32_t>(),
-                                          sh.pick_cnt.as<int32_t>(), st());
+            return cuda::topk_lower_index(scores_d.f(), S, T, T, int(k), sh.picks->as<int32_t>(),
+                                          sh.picks->as<int32_t>() + S * k, st());
         }
         // TRANSFORMERS: torch's tie order has no GPU twin; the scores come back for the host's top-k.
         Status s;
@@ -489,6 +501,59 @@ private:
         }
         for (int64_t r = 0; r < S; r++)
             for (int64_t t : v41::select_top(scores.data() + r * T, T, k, official_)) sh.topk[size_t(r)].push_back(int32_t(t));
+        return Status::ok();
+    }
+
+    // Whether a layer's selection runs for the step's rows at once (select_rows): OFFICIAL's device
+    // top-k, a decode-sized step, and no candidate blocks at this layer (candidate_mask works on
+    // one sequence's [n, T]). DS41RT_BATCHED_SELECT=0 selects sequence by sequence (the test that
+    // both give the same bits).
+    bool select_batched(int layer, int64_t S) const {
+        return batched_select_ && official_ && c_.is_index_source(layer) && S <= cuda::INDEX_ROWS_MAX &&
+               (c_.candidate_source_layer < 0 || layer < c_.candidate_source_layer);
+    }
+
+    // The indexer's selection for the rows of every sequence with index keys, in one scores launch
+    // and one top-k (index_scores_rows: each row's picks and count are those of its sequence's own
+    // indexer() call). Sequences without keys keep their earlier selections, as in indexer().
+    Status select_rows(int layer, const step_rows &B, const float *q, const float *w, std::vector<shared_sel> &shs) const {
+        const int ratio = c_.ratio(layer);
+        const int64_t ih = c_.index_n_heads, ihd = c_.index_head_dim;
+        std::vector<cuda::index_row> rows;
+        std::vector<std::pair<size_t, int64_t>> first;  // (sequence, its first row in `rows`)
+        int64_t Tmax = 0;
+        for (size_t i = 0; i < B.seq.size(); i++) {
+            const dev_rows &keys = B.seq[i]->sources.at(c_.kv_source_for(layer)).index_keys;
+            if (keys.rows == 0) continue;
+            first.push_back({i, int64_t(rows.size())});
+            for (int64_t s = 0; s < B.n[i]; s++) {
+                const int64_t r = B.off[i] + s;
+                rows.push_back({q + r * ih * ihd, w + r * ih, keys.buf.f(), keys.rows, (B.p0[i] + s + 1) / ratio});
+            }
+            Tmax = std::max(Tmax, keys.rows);
+        }
+        if (rows.empty()) return Status::ok();
+        const int64_t R = int64_t(rows.size()), K = std::min<int64_t>(c_.index_topk, Tmax);
+        cuda::index_score_params ip;
+        ip.ih = int(ih);
+        ip.ihd = int(ihd);
+        ip.qk_scale = 1.0f / std::sqrt(float(ihd));
+        ip.head_scale = 1.0f / std::sqrt(float(ih));
+        ip.official = official_;
+        dtemp scores = m_->temp_f32(R * Tmax);
+        DS41RT_RETURN_IF_ERROR(cuda::index_scores_rows(rows.data(), int(R), ip, Tmax, scores.f(), st()));
+        auto picks = std::make_shared<dtemp>(m_->temp(size_t(R * K + R) * sizeof(int32_t)));
+        const int32_t *idx = picks->as<int32_t>(), *cnt = idx + R * K;
+        DS41RT_RETURN_IF_ERROR(
+            cuda::topk_lower_index(scores.f(), R, Tmax, Tmax, int(K), picks->as<int32_t>(), picks->as<int32_t>() + R * K, st()));
+        for (const auto &[i, r0] : first) {
+            shared_sel &sh = shs[i];
+            sh.has_topk = true;
+            sh.topk.assign(size_t(B.n[i]), {});
+            sh.picks = picks;
+            sh.pick_idx = idx + r0 * K, sh.pick_cnt = cnt + r0;
+            sh.pick_k = int(K);
+        }
         return Status::ok();
     }
 
@@ -537,6 +602,18 @@ private:
             auto proj = project_rows(L, layer, b, pos_d);
             if (!proj) return proj.status();
             const int64_t ih = c_.index_n_heads, ihd = c_.index_head_dim;
+            // The step's rows join their sequences' open compression groups in one launch.
+            const bool appended = c_.is_kv_source(layer) && c_.ratio(layer) > 1;
+            if (appended) {
+                std::vector<device_model::row_append> jobs;
+                for (size_t i = 0; i < B.seq.size(); i++) {
+                    source_dev &src = B.seq[i]->sources.at(c_.kv_source_for(layer));
+                    jobs.push_back({&src.buf_kv, proj->kv.f() + B.off[i] * hd, B.n[i]});
+                    jobs.push_back({&src.buf_gate, proj->gate.f() + B.off[i] * hd, B.n[i]});
+                }
+                DS41RT_RETURN_IF_ERROR(m_->append_rows(jobs));
+            }
+            const bool batched = select_batched(layer, S);
             for (size_t i = 0; i < B.seq.size(); i++) {
                 seq_dev &sq = *B.seq[i];
                 const int64_t o = B.off[i], n = B.n[i];
@@ -545,13 +622,13 @@ private:
                 dtemp latent;
                 if (c_.is_kv_source(layer)) {
                     auto r = compress(L, layer, src, proj->kv.f() + o * hd, proj->gate.f() ? proj->gate.f() + o * hd : nullptr,
-                                      n, &n_latent, &first_pos);
+                                      n, &n_latent, &first_pos, appended);
                     if (!r) return r.status();
                     latent = std::move(r.value());
                 }
                 if (c_.is_index_source(layer))
                     DS41RT_RETURN_IF_ERROR(indexer(L, layer, sq, proj->q.f() + o * ih * ihd, proj->w.f() + o * ih, latent.f(),
-                                                   n_latent, first_pos, B.p0[i], n, shs[i]));
+                                                   n_latent, first_pos, B.p0[i], n, shs[i], !batched));
                 if (n_latent > 0) {
                     std::vector<int64_t> lpos(static_cast<size_t>(n_latent));
                     for (int64_t g = 0; g < n_latent; g++) lpos[size_t(g)] = first_pos + c_.ratio(layer) * g;
@@ -564,6 +641,7 @@ private:
                 }
                 if (src.entries.rows > 0) centries[i] = src.entries.buf.f();
             }
+            if (batched) DS41RT_RETURN_IF_ERROR(select_rows(layer, B, proj->q.f(), proj->w.f(), shs));
             end();
         }
         begin("attn.core");
@@ -576,8 +654,8 @@ private:
             lists.add_window(B.seq[i]->ring[size_t(layer)], W, hd, B.p0[i], o, n, kvf + o * hd, official_ ? W : 0);
             if (!centries[i] || !shs[i].has_topk) continue;
             if (shs[i].pick_k > 0) {
-                DS41RT_RETURN_IF_ERROR(lists.add_device_picks(o, n, shs[i].pick_idx.as<int32_t>(),
-                                                              shs[i].pick_cnt.as<int32_t>(), shs[i].pick_k, centries[i], hd));
+                DS41RT_RETURN_IF_ERROR(
+                    lists.add_device_picks(o, n, shs[i].pick_idx, shs[i].pick_cnt, shs[i].pick_k, centries[i], hd));
                 continue;
             }
             for (int64_t s = 0; s < n; s++)
@@ -909,6 +987,7 @@ private:
     engram_hasher hasher_;
     bool has_engram_;
     bool official_;
+    bool batched_select_ = true;  // select_batched
     const uint16_t *embed_ = nullptr;
     dlinear head_;
     const float *norm_ = nullptr, *inv_main_ = nullptr, *inv_compress_ = nullptr;
