@@ -30,4 +30,20 @@ Status candidate_mask(const float *scores, const candidate_params &p, uint8_t *m
 // scores[s, t] = -inf where mask[s, t] == 0 (a later index source with the same T). In place.
 Status apply_candidate_mask(float *scores, const uint8_t *mask, int64_t S, int64_t T, cudaStream_t stream);
 
+// The same for the rows of several sequences in one [n, ld] block (the engine's batched
+// selection, index_scores_rows' layout): row i's own T and visible count; mask row i written on
+// its first T columns, as candidate_mask writes that row. n <= CANDIDATE_ROWS_MAX, T <= ld.
+struct candidate_row {
+    int64_t T = 0, visible = 0;  // visible = (p0 + s + 1) / ratio for the row's position
+};
+constexpr int CANDIDATE_ROWS_MAX = 16;
+Status candidate_mask_rows(const float *scores, int64_t ld, const candidate_row *rows, int n, int block_size,
+                           int topk_blocks, uint8_t *mask, cudaStream_t stream);
+// scores[i, t] = -inf where mask_i[t] == 0, t < T_i, for rows with a mask (null: left alone). In place.
+struct candidate_apply_row {
+    const uint8_t *mask = nullptr;
+    int64_t T = 0;
+};
+Status apply_candidate_rows(float *scores, int64_t ld, const candidate_apply_row *rows, int n, cudaStream_t stream);
+
 }  // namespace ds41rt::backend::cuda

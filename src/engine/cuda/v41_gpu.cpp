@@ -129,8 +129,11 @@ struct shared_sel {
     int pick_k = 0;
     bool has_candidates = false;
     std::vector<std::vector<uint8_t>> candidates;  // TRANSFORMERS: on the host
-    dtemp cand_mask;                                // OFFICIAL: [S, cand_T] on the device
-    int64_t cand_T = 0;
+    // OFFICIAL: this sequence's mask rows [n, cand_T] on the device, row stride cand_ld, in a
+    // buffer that may hold a whole step's rows (as picks).
+    std::shared_ptr<dtemp> cand_buf;
+    const uint8_t *cand = nullptr;
+    int64_t cand_T = 0, cand_ld = 0;
 };
 
 using step_rows = gpu::step_rows<seq_dev>;
@@ -473,15 +476,17 @@ private:
                 cp.ratio = ratio;
                 cp.block_size = c_.candidate_block_size;
                 cp.topk_blocks = c_.candidate_topk_blocks;
-                sh.cand_mask = m_->temp(size_t(S * T));
-                sh.cand_T = T;
+                sh.cand_buf = std::make_shared<dtemp>(m_->temp(size_t(S * T)));
+                sh.cand = sh.cand_buf->as<uint8_t>();
+                sh.cand_T = sh.cand_ld = T;
                 sh.has_candidates = true;
-                DS41RT_RETURN_IF_ERROR(cuda::candidate_mask(scores_d.f(), cp, sh.cand_mask.as<uint8_t>(), st()));
+                DS41RT_RETURN_IF_ERROR(cuda::candidate_mask(scores_d.f(), cp, sh.cand_buf->as<uint8_t>(), st()));
             } else if (c_.candidate_source_layer >= 0 && layer > c_.candidate_source_layer && sh.has_candidates) {
-                if (sh.cand_T != T)
+                if (sh.cand_T != T || sh.cand_ld != T)
                     return Status::internal("layer " + std::to_string(layer) + " reads " + std::to_string(T) +
-                                            " index keys, the candidate source " + std::to_string(sh.cand_T));
-                DS41RT_RETURN_IF_ERROR(cuda::apply_candidate_mask(scores_d.f(), sh.cand_mask.as<uint8_t>(), S, T, st()));
+                                            " index keys, the candidate source " + std::to_string(sh.cand_T) +
+                                            " (rows of " + std::to_string(sh.cand_ld) + ")");
+                DS41RT_RETURN_IF_ERROR(cuda::apply_candidate_mask(scores_d.f(), sh.cand, S, T, st()));
             }
             sh.picks = std::make_shared<dtemp>(m_->temp(size_t(S * k + S) * sizeof(int32_t)));
             sh.pick_idx = sh.picks->as<int32_t>(), sh.pick_cnt = sh.pick_idx + S * k;
@@ -505,27 +510,32 @@ private:
     }
 
     // Whether a layer's selection runs for the step's rows at once (select_rows): OFFICIAL's device
-    // top-k, a decode-sized step, and no candidate blocks at this layer (candidate_mask works on
-    // one sequence's [n, T]). DS41RT_BATCHED_SELECT=0 selects sequence by sequence (the test that
-    // both give the same bits).
+    // top-k and a decode-sized step. DS41RT_BATCHED_SELECT=0 selects sequence by sequence (the
+    // test that both give the same bits).
     bool select_batched(int layer, int64_t S) const {
-        return batched_select_ && official_ && c_.is_index_source(layer) && S <= cuda::INDEX_ROWS_MAX &&
-               (c_.candidate_source_layer < 0 || layer < c_.candidate_source_layer);
+        static_assert(cuda::CANDIDATE_ROWS_MAX >= cuda::INDEX_ROWS_MAX, "a batch's rows must fit the candidate tables");
+        return batched_select_ && official_ && c_.is_index_source(layer) && S <= cuda::INDEX_ROWS_MAX;
     }
 
     // The indexer's selection for the rows of every sequence with index keys, in one scores launch
     // and one top-k (index_scores_rows: each row's picks and count are those of its sequence's own
-    // indexer() call). Sequences without keys keep their earlier selections, as in indexer().
+    // indexer() call), with the candidate blocks made or applied for all of them at once
+    // (candidate_mask_rows / apply_candidate_rows). Sequences without keys keep their earlier
+    // selections, as in indexer().
     Status select_rows(int layer, const step_rows &B, const float *q, const float *w, std::vector<shared_sel> &shs) const {
         const int ratio = c_.ratio(layer);
         const int64_t ih = c_.index_n_heads, ihd = c_.index_head_dim;
         std::vector<cuda::index_row> rows;
-        std::vector<std::pair<size_t, int64_t>> first;  // (sequence, its first row in `rows`)
+        struct seq_rows {
+            size_t i;
+            int64_t r0, T;  // its first row in `rows`, its keys
+        };
+        std::vector<seq_rows> first;
         int64_t Tmax = 0;
         for (size_t i = 0; i < B.seq.size(); i++) {
             const dev_rows &keys = B.seq[i]->sources.at(c_.kv_source_for(layer)).index_keys;
             if (keys.rows == 0) continue;
-            first.push_back({i, int64_t(rows.size())});
+            first.push_back({i, int64_t(rows.size()), keys.rows});
             for (int64_t s = 0; s < B.n[i]; s++) {
                 const int64_t r = B.off[i] + s;
                 rows.push_back({q + r * ih * ihd, w + r * ih, keys.buf.f(), keys.rows, (B.p0[i] + s + 1) / ratio});
@@ -542,16 +552,43 @@ private:
         ip.official = official_;
         dtemp scores = m_->temp_f32(R * Tmax);
         DS41RT_RETURN_IF_ERROR(cuda::index_scores_rows(rows.data(), int(R), ip, Tmax, scores.f(), st()));
+        if (layer == c_.candidate_source_layer) {
+            std::vector<cuda::candidate_row> cr;
+            for (const cuda::index_row &r : rows) cr.push_back({r.T, r.visible});
+            auto mask = std::make_shared<dtemp>(m_->temp(size_t(R * Tmax)));
+            DS41RT_RETURN_IF_ERROR(cuda::candidate_mask_rows(scores.f(), Tmax, cr.data(), int(R), c_.candidate_block_size,
+                                                             c_.candidate_topk_blocks, mask->as<uint8_t>(), st()));
+            for (const seq_rows &q : first) {
+                shared_sel &sh = shs[q.i];
+                sh.cand_buf = mask;
+                sh.cand = mask->as<uint8_t>() + q.r0 * Tmax;
+                sh.cand_T = q.T, sh.cand_ld = Tmax;
+                sh.has_candidates = true;
+            }
+        } else if (c_.candidate_source_layer >= 0 && layer > c_.candidate_source_layer) {
+            std::vector<cuda::candidate_apply_row> ar(static_cast<size_t>(R));
+            bool any = false;
+            for (const seq_rows &q : first) {
+                const shared_sel &sh = shs[q.i];
+                if (!sh.has_candidates) continue;
+                if (sh.cand_T != q.T)
+                    return Status::internal("layer " + std::to_string(layer) + " reads " + std::to_string(q.T) +
+                                            " index keys, the candidate source " + std::to_string(sh.cand_T));
+                for (int64_t s = 0; s < B.n[q.i]; s++) ar[size_t(q.r0 + s)] = {sh.cand + s * sh.cand_ld, q.T};
+                any = true;
+            }
+            if (any) DS41RT_RETURN_IF_ERROR(cuda::apply_candidate_rows(scores.f(), Tmax, ar.data(), int(R), st()));
+        }
         auto picks = std::make_shared<dtemp>(m_->temp(size_t(R * K + R) * sizeof(int32_t)));
         const int32_t *idx = picks->as<int32_t>(), *cnt = idx + R * K;
         DS41RT_RETURN_IF_ERROR(
             cuda::topk_lower_index(scores.f(), R, Tmax, Tmax, int(K), picks->as<int32_t>(), picks->as<int32_t>() + R * K, st()));
-        for (const auto &[i, r0] : first) {
-            shared_sel &sh = shs[i];
+        for (const seq_rows &q : first) {
+            shared_sel &sh = shs[q.i];
             sh.has_topk = true;
-            sh.topk.assign(size_t(B.n[i]), {});
+            sh.topk.assign(size_t(B.n[q.i]), {});
             sh.picks = picks;
-            sh.pick_idx = idx + r0 * K, sh.pick_cnt = cnt + r0;
+            sh.pick_idx = idx + q.r0 * K, sh.pick_cnt = cnt + q.r0;
             sh.pick_k = int(K);
         }
         return Status::ok();
