@@ -357,7 +357,9 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
     // words (fp16 hi / lo pairs).
     using XW = std::conditional_t<X8, uint2, uint4>;
     const x_lane<NT, XW> xl = x_lane_of<NT, XW>(J.xs, J.sx, size_t(K / 32) * (X8 ? 4 : 8), M, g, q);
-    constexpr int FOLD = X8 ? 6 : 14;  // MXFP4: the decode tricks' 2^6 / 2^14, folded into the scale
+    // MXFP4: the decode tricks' 2^-6 / 2^-14 stay in the sums, which the store multiplies back by
+    // 2^6 / 2^14 (exact: a power of two), so the per-block scales are the codes' bits alone.
+    constexpr float FOLD = !FP4 ? 1.0f : X8 ? 64.0f : 16384.0f;
 
     float acc[NT][4] = {};
     for (int s = 0; s < nstage; s++) {
@@ -375,11 +377,11 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
         auto scale_of = [&](int k32, float &sa, float &sb) {
             if constexpr (FP4) {
                 if (ring_scales) {  // only after the stage's wait
-                    sa = dev::e8m0_value_pow2<FOLD>(st[FP4_SCALE_OFF + g * FP4_SCALES + (k32 - kb)]);
-                    sb = dev::e8m0_value_pow2<FOLD>(st[FP4_SCALE_OFF + (g + 8) * FP4_SCALES + (k32 - kb)]);
+                    sa = dev::e8m0_byte_value<0>(st[FP4_SCALE_OFF + g * FP4_SCALES + (k32 - kb)]);
+                    sb = dev::e8m0_byte_value<0>(st[FP4_SCALE_OFF + (g + 8) * FP4_SCALES + (k32 - kb)]);
                 } else {
-                    sa = dev::e8m0_value_pow2<FOLD>(__ldg(scale_a + k32));
-                    sb = dev::e8m0_value_pow2<FOLD>(__ldg(scale_b + k32));
+                    sa = dev::e8m0_byte_value<0>(__ldg(scale_a + k32));
+                    sb = dev::e8m0_byte_value<0>(__ldg(scale_b + k32));
                 }
             } else {
                 sa = sb = dev::e8m0_value(__ldg(scale_a + (k32 >> J.sshift)));
@@ -389,11 +391,10 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
         auto ring_scales4 = [&](int g0, float (&sa)[4], float (&sb)[4]) {
             const uint32_t wa = *reinterpret_cast<const uint32_t *>(st + FP4_SCALE_OFF + g * FP4_SCALES + g0);
             const uint32_t wb = *reinterpret_cast<const uint32_t *>(st + FP4_SCALE_OFF + (g + 8) * FP4_SCALES + g0);
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                sa[u] = dev::e8m0_value_pow2<FOLD>(__byte_perm(wa, 0, 0x4440 + u));
-                sb[u] = dev::e8m0_value_pow2<FOLD>(__byte_perm(wb, 0, 0x4440 + u));
-            }
+            sa[0] = dev::e8m0_byte_value<0>(wa), sb[0] = dev::e8m0_byte_value<0>(wb);
+            sa[1] = dev::e8m0_byte_value<1>(wa), sb[1] = dev::e8m0_byte_value<1>(wb);
+            sa[2] = dev::e8m0_byte_value<2>(wa), sb[2] = dev::e8m0_byte_value<2>(wb);
+            sa[3] = dev::e8m0_byte_value<3>(wa), sb[3] = dev::e8m0_byte_value<3>(wb);
         };
         if (kb + KPS <= kb1) {
             // A full stage, in groups of 4 k blocks: the scales (and in official mode x) do not come
@@ -438,6 +439,7 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
         } else {
             cp_async_wait<STAGES - 2>();
             __syncwarp();
+#pragma unroll 1  // a partial stage: rare (one per item at most), kept small
             for (int u = 0; kb + u < kb1; u++) {
                 uint2 la, lb;
                 float sa, sb;
@@ -462,7 +464,8 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
             for (int i = 0; i < 4; i++) {
                 const int m = nt * 8 + 2 * q + (i & 1);
                 const int r = i < 2 ? ra : rb;
-                if (m < M && r < N) J.y[size_t(m) * N + r] = J.round_out ? dev::round_bf16(v[nt][i]) : v[nt][i];
+                const float y = v[nt][i] * FOLD;
+                if (m < M && r < N) J.y[size_t(m) * N + r] = J.round_out ? dev::round_bf16(y) : y;
             }
     };
     if (ksplit == 1) {

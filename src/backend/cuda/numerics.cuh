@@ -30,17 +30,16 @@ __device__ __forceinline__ float e8m0_value(uint32_t code) {
     bits = code == 0xff ? 0x7fc00000u : bits;
     return __uint_as_float(bits);
 }
-// e8m0_value(code) * 2^E exactly (1 <= E <= 127), with the same NaN for 0xff: the exponent
-// field is code + E, saturating to inf where the product overflows. Code 0 needs no special case
-// (2^-127 * 2^E is normal).
-template <int E>
-__device__ __forceinline__ float e8m0_value_pow2(uint32_t code) {
-    static_assert(E >= 1 && E <= 127, "E8M0 fold: 1..127");
-    uint32_t bits = min(code + uint32_t(E), 255u) << 23;
-    bits = code == 0xff ? 0x7fc00000u : bits;
-    return __uint_as_float(bits);
+// Byte B of a word of four E8M0 codes as 2^(code - 127) from the code's bits alone (a shift and a
+// mask: the MXFP4 GEMV decodes two such scales per 16 x 32 block, where a decode with e8m0_value's
+// edge cases and a folded power of two cost five instructions each). Exact for codes 1..254; code 0
+// gives 0 instead of 2^-127 (a block that small is below fp32 resolution in any sum it joins) and
+// 0xff inf instead of NaN (the output is still poisoned).
+template <int B>
+__device__ __forceinline__ float e8m0_byte_value(uint32_t w) {
+    static_assert(B >= 0 && B <= 3, "byte 0..3");
+    return __uint_as_float((B == 3 ? w >> 1 : w << (23 - 8 * B)) & 0x7f800000u);
 }
-
 // bf16 round to nearest even (core round_bf16): __float2bfloat16_rn is cvt.rn.bf16.f32.
 __device__ __forceinline__ float round_bf16(float f) { return __bfloat162float(__float2bfloat16_rn(f)); }
 __device__ __forceinline__ uint16_t bf16_bits(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
