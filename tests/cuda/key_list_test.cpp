@@ -4,6 +4,7 @@
 // whole key array is poisoned with 0xff bytes first, and the columns before col0 must keep it.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <random>
 
 #include "backend/cuda/key_list.cuh"
@@ -46,6 +47,100 @@ TEST_F(CudaKeyList, PicksBecomeEntryPointersAndShortRowsEndInNulls) {
         }
     EXPECT_EQ(bad, 0u);
     std::printf("    [key list] %lld rows x %d picks: %zu mismatches\n", (long long)n, k, bad);
+}
+
+// fill_key_rows against the host's construction of whole lists (engine/cuda key_lists' host
+// path, written out here): the ring rows a row sees that still hold their position, the chunk's
+// rows, nulls to the pad, the picks, nulls after. Sequences cover a full ring, a short history, a
+// prefill longer than the ring, a ring whose oldest slots hold positions of a rolled-back future
+// (lo past the first position seen), picks after a host-built window (tail off: those columns keep
+// the poison), a gap between sequences and more sequences than one launch takes.
+TEST_F(CudaKeyList, RowsEqualTheHostsListsWholeOrAroundHostColumns) {
+    using backend::cuda::key_row_seq;
+    const int64_t W = 8, hd = 4, L = 40;
+    struct seq_case {
+        int64_t p0, n, lo, pad;
+        int k;
+        bool window;
+    };
+    std::vector<seq_case> cases = {{20, 1, 13, 8, 5, true}, {3, 2, 0, 8, 0, true},  {0, 12, 0, 8, 3, true},
+                                   {30, 3, 26, 8, 4, true}, {9, 1, 2, 8, 0, false}, {17, 2, 10, 8, 6, true}};
+    for (int i = 0; i < 16; i++) cases.push_back({int64_t(40 + i), 1, int64_t(40 + i - 7), 8, i % 3, true});
+    std::mt19937 rng(11);
+    std::vector<std::unique_ptr<dev_vec<float>>> rings, chunks;
+    std::vector<std::vector<int64_t>> pos;
+    std::vector<key_row_seq> seqs;
+    std::vector<std::vector<int32_t>> idx_h, cnt_h;
+    std::vector<std::unique_ptr<dev_vec<int32_t>>> idx_d, cnt_d;
+    dev_vec<float> entries(size_t(64 * hd));
+    int64_t row = 0;
+    for (size_t c = 0; c < cases.size(); c++) {
+        const seq_case &q = cases[c];
+        rings.push_back(std::make_unique<dev_vec<float>>(size_t(W * hd)));
+        chunks.push_back(std::make_unique<dev_vec<float>>(size_t(q.n * hd)));
+        // The ring holds [lo, p0) and, in the slots of older positions it could show, later ones.
+        std::vector<int64_t> ps(size_t(W), -1);
+        for (int64_t p = std::max<int64_t>(0, q.p0 - W); p < q.p0; p++) ps[size_t(p % W)] = p >= q.lo ? p : p + W;
+        pos.push_back(ps);
+        idx_h.emplace_back(size_t(q.n * q.k));
+        cnt_h.emplace_back(size_t(q.n));
+        for (auto &v : idx_h.back()) v = int32_t(rng() % 64);
+        for (auto &v : cnt_h.back()) v = int32_t(rng() % (q.k + 1));
+        idx_d.push_back(std::make_unique<dev_vec<int32_t>>(idx_h.back()));
+        cnt_d.push_back(std::make_unique<dev_vec<int32_t>>(cnt_h.back()));
+        if (c == 3) row += 2;  // two rows no sequence covers: a gap
+        key_row_seq d;
+        if (q.window) d.ring = rings.back()->p, d.chunk = chunks.back()->p;
+        d.p0 = q.p0, d.lo = q.lo, d.o = row, d.n = q.n, d.pad = q.pad;
+        if (q.k) d.idx = idx_d.back()->p, d.cnt = cnt_d.back()->p, d.entries = entries.p, d.k = q.k;
+        seqs.push_back(d);
+        row += q.n;
+    }
+    const int64_t R = row;
+    for (bool tail : {true, false}) {
+        dev_vec<uint64_t> keys(size_t(R * L));
+        keys.poison();
+        ASSERT_TRUE(backend::cuda::fill_key_rows(reinterpret_cast<const float **>(keys.p), L, seqs.data(), int(seqs.size()),
+                                                 W, hd, tail, nullptr)
+                        .is_ok());
+        const std::vector<uint64_t> got = keys.download();
+        std::vector<uint64_t> want(size_t(R * L), ~uint64_t(0));
+        auto addr = [](const float *p) { return uint64_t(reinterpret_cast<uintptr_t>(p)); };
+        for (size_t c = 0; c < cases.size(); c++) {
+            const seq_case &q = cases[c];
+            const key_row_seq &d = seqs[c];
+            for (int64_t s = 0; s < q.n; s++) {
+                uint64_t *w = want.data() + (d.o + s) * L;
+                std::vector<uint64_t> win;
+                const int64_t p = q.p0 + s, first = std::max<int64_t>(0, p - W + 1);
+                for (int64_t x = first; x < q.p0; x++)
+                    if (pos[c][size_t(x % W)] == x) win.push_back(addr(rings[c]->p + (x % W) * hd));
+                for (int64_t x = std::max(first, q.p0); x <= p; x++) win.push_back(addr(chunks[c]->p + (x - q.p0) * hd));
+                if (q.window)
+                    for (int64_t j = 0; j < q.pad; j++) w[j] = j < int64_t(win.size()) ? win[size_t(j)] : 0;
+                for (int j = 0; j < q.k; j++)
+                    w[q.pad + j] = j < cnt_h[c][size_t(s)] ? addr(entries.p + idx_h[c][size_t(s * q.k + j)] * hd) : 0;
+                if (tail)
+                    for (int64_t j = q.pad + q.k; j < L; j++) w[j] = 0;
+            }
+        }
+        size_t bad = 0;
+        for (size_t i = 0; i < want.size(); i++)
+            if (got[i] != want[i] && bad++ < 5)
+                ADD_FAILURE() << "tail " << tail << " row " << i / L << " column " << i % L << ": " << std::hex << got[i]
+                              << " vs " << want[i];
+        EXPECT_EQ(bad, 0u);
+        std::printf("    [key rows] %zu sequences, %lld rows, tail %d: %zu mismatches\n", cases.size(), (long long)R, int(tail),
+                    bad);
+    }
+}
+
+TEST_F(CudaKeyList, RefusesKeyRowsOutsideTheirLists) {
+    backend::cuda::key_row_seq d;
+    d.chunk = reinterpret_cast<const float *>(uintptr_t(256)), d.p0 = 20, d.lo = 13, d.n = 1, d.pad = 4;  // pad < W
+    EXPECT_FALSE(backend::cuda::fill_key_rows(nullptr, 40, &d, 1, 8, 4, true, nullptr).is_ok());
+    d.pad = 8, d.k = 40;  // past the list end
+    EXPECT_FALSE(backend::cuda::fill_key_rows(nullptr, 40, &d, 1, 8, 4, true, nullptr).is_ok());
 }
 
 TEST_F(CudaKeyList, RefusesPicksPastTheListEnd) {

@@ -234,58 +234,75 @@ TEST_P(GpuVsCpu, DecodeFromCudaGraphsEqualsEagerBitForBit) {
     EXPECT_EQ(differ, 0u);
 }
 
-// OFFICIAL's indexer selection for a decode step's rows of all sequences at once (v41_gpu
-// select_rows: one scores launch and one top-k over a padded block) against the same engine
-// selecting sequence by sequence (DS41RT_BATCHED_SELECT=0): three sequences of different lengths
-// decoding together, the logits equal bit for bit. On the V4.1 quant fixture the index sources
-// before the candidate layer (2 and 4) take the batched path, with index_topk 4 below most of
-// the sequences' key counts.
-TEST(GpuBatchedSelect, EqualsSequenceBySequence) {
-    const fs::path dir = fs::path(DS41RT_FIXTURES_DIR) / "deepseek-v41-flash-quant";
-    auto run = [&](bool batched, std::vector<std::vector<float>> *logits) -> Status {
-        setenv("DS41RT_BATCHED_SELECT", batched ? "1" : "0", 1);
-        engine::engine_options go;
-        go.mode = engine::numerics::OFFICIAL;
-        go.backend = engine::backend_kind::CUDA;
-        auto opened = engine::engine::open(dir.string(), go);
-        unsetenv("DS41RT_BATCHED_SELECT");
-        if (!opened) return opened.status();
-        engine::engine &eng = *opened.value();
-        const int64_t V = eng.config().vocab_size;
-        const std::vector<int32_t> prompt = {11, 42, 7, 99, 3, 250, 17, 64, 5, 8, 13, 21, 34, 55, 89, 144};
-        std::vector<engine::seq_id> ids;
-        std::vector<int32_t> next;
-        std::vector<Tensor> out;
-        for (size_t n : {size_t(16), size_t(9), size_t(5)}) {
-            ids.push_back(eng.create_sequence());
-            engine::step_input in;
-            in.seq = ids.back(), in.tokens.assign(prompt.begin(), prompt.begin() + n), in.logits = engine::logit_rows::LAST;
-            DS41RT_RETURN_IF_ERROR(eng.step({in}, &out));
-            next.push_back(argmax(out[0].data<float>(), V));
+// The OFFICIAL GPU engine's logits for three sequences of different lengths decoding together
+// (10 steps after their prompts) with env var `var` set to `value` while the engine opens.
+Status decode_together(const std::string &fixture, const char *var, const char *value,
+                       std::vector<std::vector<float>> *logits) {
+    const fs::path dir = fs::path(DS41RT_FIXTURES_DIR) / fixture;
+    setenv(var, value, 1);
+    engine::engine_options go;
+    go.mode = engine::numerics::OFFICIAL;
+    go.backend = engine::backend_kind::CUDA;
+    auto opened = engine::engine::open(dir.string(), go);
+    unsetenv(var);
+    if (!opened) return opened.status();
+    engine::engine &eng = *opened.value();
+    const int64_t V = eng.config().vocab_size;
+    const std::vector<int32_t> prompt = {11, 42, 7, 99, 3, 250, 17, 64, 5, 8, 13, 21, 34, 55, 89, 144};
+    std::vector<engine::seq_id> ids;
+    std::vector<int32_t> next;
+    std::vector<Tensor> out;
+    for (size_t n : {size_t(16), size_t(9), size_t(5)}) {
+        ids.push_back(eng.create_sequence());
+        engine::step_input in;
+        in.seq = ids.back(), in.tokens.assign(prompt.begin(), prompt.begin() + n), in.logits = engine::logit_rows::LAST;
+        DS41RT_RETURN_IF_ERROR(eng.step({in}, &out));
+        next.push_back(argmax(out[0].data<float>(), V));
+    }
+    for (int i = 0; i < 10; i++) {
+        std::vector<engine::step_input> in;
+        for (size_t k = 0; k < ids.size(); k++) in.push_back({ids[k], {next[k]}, engine::logit_rows::LAST});
+        DS41RT_RETURN_IF_ERROR(eng.step(in, &out));
+        for (size_t k = 0; k < ids.size(); k++) {
+            logits->emplace_back(out[k].data<float>(), out[k].data<float>() + V);
+            next[k] = argmax(out[k].data<float>(), V);
         }
-        for (int i = 0; i < 10; i++) {
-            std::vector<engine::step_input> in;
-            for (size_t k = 0; k < ids.size(); k++) in.push_back({ids[k], {next[k]}, engine::logit_rows::LAST});
-            DS41RT_RETURN_IF_ERROR(eng.step(in, &out));
-            for (size_t k = 0; k < ids.size(); k++) {
-                logits->emplace_back(out[k].data<float>(), out[k].data<float>() + V);
-                next[k] = argmax(out[k].data<float>(), V);
-            }
-        }
-        return Status::ok();
-    };
-    std::vector<std::vector<float>> batched, alone;
-    const Status a = run(true, &batched);
+    }
+    return Status::ok();
+}
+
+// decode_together with var = "1" and var = "0": the logits equal bit for bit.
+void expect_same_decode(const std::string &fixture, const char *var, const char *what) {
+    std::vector<std::vector<float>> on, off;
+    const Status a = decode_together(fixture, var, "1", &on);
     if (a.code() == status_code::UNAVAILABLE || a.code() == status_code::NOT_SUPPORTED) GTEST_SKIP() << a.to_string();
     ASSERT_TRUE(a.is_ok()) << a.to_string();
-    ASSERT_TRUE(run(false, &alone).is_ok());
-    ASSERT_EQ(batched.size(), alone.size());
+    ASSERT_TRUE(decode_together(fixture, var, "0", &off).is_ok());
+    ASSERT_EQ(on.size(), off.size());
     size_t differ = 0;
-    for (size_t i = 0; i < batched.size(); i++)
-        for (size_t v = 0; v < batched[i].size(); v++)
-            differ += std::memcmp(&batched[i][v], &alone[i][v], sizeof(float)) != 0;
-    std::printf("    [batched vs per-sequence selection] %zu decode rows, %zu logits differ\n", batched.size(), differ);
+    for (size_t i = 0; i < on.size(); i++)
+        for (size_t v = 0; v < on[i].size(); v++) differ += std::memcmp(&on[i][v], &off[i][v], sizeof(float)) != 0;
+    std::printf("    [%s, %s] %zu decode rows, %zu logits differ\n", fixture.c_str(), what, on.size(), differ);
     EXPECT_EQ(differ, 0u);
+}
+
+// OFFICIAL's indexer selection for a decode step's rows of all sequences at once (v41_gpu
+// select_rows: one scores launch and one top-k over a padded block) against the same engine
+// selecting sequence by sequence (DS41RT_BATCHED_SELECT=0). On the V4.1 quant fixture the index
+// sources before the candidate layer (2 and 4) take the batched path, with index_topk 4 below
+// most of the sequences' key counts.
+TEST(GpuBatchedSelect, EqualsSequenceBySequence) {
+    expect_same_decode("deepseek-v41-flash-quant", "DS41RT_BATCHED_SELECT", "batched vs per-sequence selection");
+}
+
+// Key lists whose window halves the device writes (key_lists.h, backend/cuda fill_key_rows: no
+// host copy at V4.1's OFFICIAL decode) against the host-built lists (DS41RT_DEVICE_KEY_LISTS=0),
+// on V4.1 (device picks after the windows) and V4 (host entries after them on its HCA layers).
+TEST(GpuKeyLists, DeviceWindowsEqualHostWindowsV41) {
+    expect_same_decode("deepseek-v41-flash-quant", "DS41RT_DEVICE_KEY_LISTS", "device vs host key lists");
+}
+TEST(GpuKeyLists, DeviceWindowsEqualHostWindowsV4) {
+    expect_same_decode("deepseek-v4-flash-quant", "DS41RT_DEVICE_KEY_LISTS", "device vs host key lists");
 }
 
 INSTANTIATE_TEST_SUITE_P(

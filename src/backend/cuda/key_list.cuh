@@ -11,6 +11,29 @@
 
 namespace ds41rt::backend::cuda {
 
+// One sequence's rows of a step's key lists, written whole on the device (fill_key_rows): the
+// window half from the ring and the chunk, nulls to `pad`, then the indexer's picks (k > 0) at
+// column pad. Row s of the sequence (position p = p0 + s) sees positions [max(0, p - W + 1), p]:
+// those before p0 from the ring (slot = position % W) when at or after `lo` (the ring holds every
+// position of [lo, p0) and none before it that the row could see), the rest from the chunk. The
+// window rows are skipped (nothing written before column pad) when ring and chunk are both null.
+struct key_row_seq {
+    const float *ring = nullptr, *chunk = nullptr;
+    int64_t p0 = 0, lo = 0;
+    int64_t o = 0, n = 0;  // the sequence's rows [o, o + n) of the lists
+    int64_t pad = 0;       // window columns: at least each row's window length
+    const int32_t *idx = nullptr, *cnt = nullptr;  // picks [n, k], counts [n] (device int32)
+    const float *entries = nullptr;
+    int k = 0;
+};
+constexpr int KEY_ROW_SEQS = 16;  // sequences per launch (kernel parameters)
+
+// keys: [rows, L] key-row pointers. Columns past pad + k are set to null when tail is set (no host
+// columns were copied in), else left as they are. W: the ring's rows; hd: floats per key row.
+// Pointers only: the lists equal engine/cuda key_lists' host construction of them, to the bit.
+Status fill_key_rows(const float **keys, int64_t L, const key_row_seq *seqs, int nseq, int64_t W, int64_t hd, bool tail,
+                     cudaStream_t stream);
+
 // For rows r in [0, n) and j in [0, k): keys[r * L + col0 + j] = entries + idx[r * k + j] * hd
 // when j < cnt[r], else nullptr (a skipped entry). idx, cnt: device int32 (topk_lower_index's
 // output); keys: the rows' lists, L entries each; col0 + k <= L. Entries past cnt are never read.

@@ -3,16 +3,21 @@
 //
 // A list is the row's window (ring rows older than the step's chunk, then the chunk's own rows,
 // in position order), OFFICIAL's null pads up to the window width, then the compressed entries.
-// The window half is built on the host, which tracks the ring positions; the compressed half is
-// either host pointers (entries all visible, or TRANSFORMERS picks that came back) or, for
-// OFFICIAL's picks, written on the device from the indexer's top-k (backend/cuda/key_list) so the
-// picks never come back inside a step. Trailing nulls pad every list to one length; attention
-// skips them and they change no block of the OFFICIAL online softmax.
+// The host tracks the ring positions. Where a sequence's rows pad their windows to one width
+// (OFFICIAL) and the ring holds an unbroken run of the positions they see, its window half is
+// written on the device from a few numbers (backend/cuda/key_list fill_key_rows); otherwise the
+// host builds it. The compressed half is either host pointers (entries all visible, or
+// TRANSFORMERS picks that came back) or, for OFFICIAL's picks, written on the device from the
+// indexer's top-k, so the picks never come back inside a step. A step whose lists have no host
+// pointers at all (V4.1 OFFICIAL decode) copies nothing from the host: one launch a layer writes
+// them. Trailing nulls pad every list to one length; attention skips them and they change no
+// block of the OFFICIAL online softmax.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "backend/cuda/key_list.cuh"
 #include "engine/cuda/device_model.h"
 
 namespace ds41rt::engine::gpu {
@@ -26,7 +31,9 @@ struct window_ring {
 
 class key_lists {
 public:
-    explicit key_lists(int64_t rows) : host_(static_cast<size_t>(rows)) {}
+    // device_windows = false: every window half built on the host (for comparing).
+    explicit key_lists(int64_t rows, bool device_windows = true)
+        : host_(static_cast<size_t>(rows)), dcols_(static_cast<size_t>(rows), 0), device_windows_(device_windows) {}
 
     // Rows [o, o + n) of one sequence whose chunk starts at position p0: each row's window keys
     // (chunk: the chunk's own key rows on the device, [n, hd]), then nulls up to pad_to.
@@ -44,19 +51,20 @@ public:
     Result<dtemp> upload(const device_model &m, int64_t *L) const;
 
 private:
-    struct picks {
-        int64_t o, n, col0, hd;
-        const int32_t *idx, *cnt;
-        int k;
-        const float *entries;
-    };
-    std::vector<std::vector<const float *>> host_;
-    std::vector<picks> dev_;
+    std::vector<std::vector<const float *>> host_;  // host columns, after the row's device columns
+    std::vector<int64_t> dcols_;                    // a row's window columns written on the device
+    std::vector<backend::cuda::key_row_seq> dev_;   // the device-written parts, in row order
+    int64_t W_ = 0, hd_ = 0;
+    bool device_windows_;
 };
 
-// Stores the last min(n, W) rows of a chunk (device [n, hd], positions p0..) in the ring, after
-// attention has read them.
-Status store_window(const device_model &m, window_ring &ring, int64_t W, int64_t hd, int64_t p0, int64_t n,
-                    const float *chunk);
+// The last min(n, W) rows of a sequence's chunk (device [n, hd], positions p0..) go to its ring,
+// after attention has read them: store_windows does every sequence of a step in one launch.
+struct window_store {
+    window_ring *ring;
+    int64_t p0, n;
+    const float *chunk;
+};
+Status store_windows(const device_model &m, const std::vector<window_store> &stores, int64_t W, int64_t hd);
 
 }  // namespace ds41rt::engine::gpu

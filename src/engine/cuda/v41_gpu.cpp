@@ -19,9 +19,10 @@
 // the host at every size; those layers' MoE is not part of the graphs) and remote layers' rows.
 //
 // Decode steps of up to 16 rows replay CUDA graphs of their fixed-shape pieces (step_bufs.h,
-// step_graphs.h): per layer the attention site's mHC and projections, and the output projection,
-// the FFN site and the MoE; the attention core (compressor, indexer, key lists, attention, ring),
-// whose lengths change every step, and Engram (host hashes) run eagerly between them.
+// step_graphs.h): per layer the output projection, the FFN site and the MoE, with the next layer's
+// attention site (mHC and projections) in the same graph unless an Engram lookup sits between
+// them; the attention core (compressor, indexer, key lists, attention, ring), whose lengths change
+// every step, and Engram (host hashes) run eagerly between the graphs.
 #include "engine/cuda/v41_gpu.h"
 
 #include <algorithm>
@@ -145,6 +146,7 @@ public:
         : m_(std::move(m)), c_(m_->config()), hasher_(std::move(h)), has_engram_(has_engram),
           official_(m_->official()), layout_(remote), prof_(profile) {
         if (const char *e = std::getenv("DS41RT_BATCHED_SELECT")) batched_select_ = std::string(e) != "0";
+        if (const char *e = std::getenv("DS41RT_DEVICE_KEY_LISTS")) device_key_lists_ = std::string(e) != "0";
         if (layout_.any_remote()) remote_ = std::make_unique<experts::remote_experts>(layout_, c_.dim);
 #ifdef DS41RT_HAVE_NCCL
         bool any_nccl = false;
@@ -685,7 +687,7 @@ private:
 
         // Key lists (key_lists.h): the window, OFFICIAL's pads up to the window width, then the
         // selected compressed entries.
-        key_lists lists(S);
+        key_lists lists(S, device_key_lists_);
         for (size_t i = 0; i < B.seq.size(); i++) {
             const int64_t o = B.off[i], n = B.n[i];
             lists.add_window(B.seq[i]->ring[size_t(layer)], W, hd, B.p0[i], o, n, kvf + o * hd, official_ ? W : 0);
@@ -716,9 +718,10 @@ private:
         DS41RT_RETURN_IF_ERROR(cuda::run_attention(ab, st()));
 
         // Remember the window (after attention: the chunk's rows were visible to it).
+        std::vector<window_store> stores;
         for (size_t i = 0; i < B.seq.size(); i++)
-            DS41RT_RETURN_IF_ERROR(
-                store_window(*m_, B.seq[i]->ring[size_t(layer)], W, hd, B.p0[i], B.n[i], kvf + B.off[i] * hd));
+            stores.push_back({&B.seq[i]->ring[size_t(layer)], B.p0[i], B.n[i], kvf + B.off[i] * hd});
+        DS41RT_RETURN_IF_ERROR(store_windows(*m_, stores, W, hd));
         end();
         return Status::ok();
     }
@@ -952,6 +955,21 @@ private:
 
         std::vector<shared_sel> shs(B.seq.size());
         int engram_k = 0;
+        // Layer l's attention site: its mixes and collapse, and the projections. The collapse reads
+        // the previous site's pre mix (the first site's one-hot), so this site's mixes are only
+        // needed at its expand: they run beside the collapse and the projections.
+        auto attn_site = [&](int l) -> Status {
+            const layer_dev &L = layers_[size_t(l)];
+            begin("mhc+norm");
+            side_scope mixes(mix_side_, *m_);
+            DS41RT_RETURN_IF_ERROR(site_mixes(mixes, b, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, b.am));
+            auto xsplit = collapse_norm(b, l == 0 ? b.pre_mix.f() : b.fm.pre.f(), L.attn_norm);
+            if (!xsplit) return xsplit.status();
+            end();
+            DS41RT_RETURN_IF_ERROR(attn_qkv(L, l, b, b.pos.as<int64_t>(), *xsplit));
+            return mixes.join();
+        };
+        bool site_ran = false;  // layer l's attention site ran in layer l - 1's last piece
         for (int l = 0; l < c_.n_layers; l++) {
             const layer_dev &L = layers_[size_t(l)];
             // A replayed step's host runs at most one remote exchange ahead (nccl_remote keep_up).
@@ -962,19 +980,8 @@ private:
                 DS41RT_RETURN_IF_ERROR(engram(L, engram_k++, B, b.X.f()));
                 end();
             }
-            // The attention site's mixes and collapse, and the projections. The collapse reads the
-            // previous site's pre mix (the first site's one-hot), so this site's mixes are only
-            // needed at its expand: they run beside the collapse and the projections.
-            DS41RT_RETURN_IF_ERROR(frame.piece(size_t(2 * l), [&]() -> Status {
-                begin("mhc+norm");
-                side_scope mixes(mix_side_, *m_);
-                DS41RT_RETURN_IF_ERROR(site_mixes(mixes, b, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, b.am));
-                auto xsplit = collapse_norm(b, l == 0 ? b.pre_mix.f() : b.fm.pre.f(), L.attn_norm);
-                if (!xsplit) return xsplit.status();
-                end();
-                DS41RT_RETURN_IF_ERROR(attn_qkv(L, l, b, b.pos.as<int64_t>(), *xsplit));
-                return mixes.join();
-            }));
+            if (!site_ran) DS41RT_RETURN_IF_ERROR(frame.piece(size_t(2 * l), [&] { return attn_site(l); }));
+            site_ran = false;
             DS41RT_RETURN_IF_ERROR(attn_core(L, l, B, b, shs));
             // The output projection, the FFN site and the MoE: a graph when the routed experts run
             // from device routes (local layers at decode).
@@ -1001,7 +1008,17 @@ private:
             };
             if (L.remote) DS41RT_RETURN_IF_ERROR(stage_remote(l, S));
             const bool nccl_layer = L.remote && nccl_ && layout_.layer_nccl(l);
-            DS41RT_RETURN_IF_ERROR(moe_on_device(L, S) || nccl_layer ? frame.piece(size_t(2 * l + 1), ffn) : ffn());
+            if (!(moe_on_device(L, S) || nccl_layer)) {
+                DS41RT_RETURN_IF_ERROR(ffn());
+                continue;
+            }
+            // The next layer's attention site joins this piece where nothing runs between them
+            // (no Engram lookup, which hashes on the host): one graph launch a layer, not two.
+            site_ran = l + 1 < c_.n_layers && !c_.has_engram(l + 1);
+            DS41RT_RETURN_IF_ERROR(frame.piece(size_t(2 * l + 1), [&]() -> Status {
+                DS41RT_RETURN_IF_ERROR(ffn());
+                return site_ran ? attn_site(l + 1) : Status::ok();
+            }));
         }
         frame.done();
         begin("head");
@@ -1025,6 +1042,9 @@ private:
     bool has_engram_;
     bool official_;
     bool batched_select_ = true;  // select_batched
+    // Window halves of the key lists written on the device (key_lists.h); DS41RT_DEVICE_KEY_LISTS=0:
+    // built on the host, for comparing.
+    bool device_key_lists_ = true;
     const uint16_t *embed_ = nullptr;
     dlinear head_;
     const float *norm_ = nullptr, *inv_main_ = nullptr, *inv_compress_ = nullptr;

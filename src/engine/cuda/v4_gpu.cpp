@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_status.h"
@@ -112,7 +113,9 @@ using step_rows = gpu::step_rows<seq_dev>;
 class v4_gpu final : public cpu_engine<seq_dev> {
 public:
     v4_gpu(std::unique_ptr<device_model> m, bool profile)
-        : m_(std::move(m)), c_(m_->config()), official_(m_->official()), prof_(profile) {}
+        : m_(std::move(m)), c_(m_->config()), official_(m_->official()), prof_(profile) {
+        if (const char *e = std::getenv("DS41RT_DEVICE_KEY_LISTS")) device_key_lists_ = std::string(e) != "0";
+    }
     // The sequences' device state is freed on the model's stream, which must outlive it.
     ~v4_gpu() override { clear_sequences(); }
 
@@ -471,7 +474,7 @@ private:
         // Key lists (key_lists.h): the window, OFFICIAL's pads up to the reference's window width
         // (min(n, W) for a prefill from 0, W otherwise), then the compressed entries: CSA the
         // indexer's picks, HCA every visible entry.
-        key_lists lists(S);
+        key_lists lists(S, device_key_lists_);
         for (size_t i = 0; i < B.seq.size(); i++) {
             const int64_t p0 = B.p0[i], o = B.off[i], n = B.n[i];
             const dev_rows &ent = B.seq[i]->comp[size_t(layer)].entries;
@@ -508,9 +511,10 @@ private:
         DS41RT_RETURN_IF_ERROR(cuda::run_attention(ab, st()));
 
         // Remember the window (after attention: the chunk's rows were visible to it).
+        std::vector<window_store> stores;
         for (size_t i = 0; i < B.seq.size(); i++)
-            DS41RT_RETURN_IF_ERROR(
-                store_window(*m_, B.seq[i]->ring[size_t(layer)], W, hd, B.p0[i], B.n[i], kv.f() + B.off[i] * hd));
+            stores.push_back({&B.seq[i]->ring[size_t(layer)], B.p0[i], B.n[i], kv.f() + B.off[i] * hd});
+        DS41RT_RETURN_IF_ERROR(store_windows(*m_, stores, W, hd));
         end();
         return Status::ok();
     }
@@ -635,16 +639,20 @@ private:
         DS41RT_RETURN_IF_ERROR(cuda::embed_rows_bf16(embed_, V, D, b.ids.as<int32_t>(), S, hc, b.X.f(), st()));
         end();
 
+        auto attn_site = [&](int l) -> Status {
+            const layer_dev &L = layers_[size_t(l)];
+            begin("mhc+norm");
+            DS41RT_RETURN_IF_ERROR(m_->hc_mixes(b.X.f(), S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, b.am));
+            auto xsplit = m_->hc_collapse_norm(b.X.f(), b.am.pre.f(), S, L.attn_norm, b.x.f(), b.xs.as<uint8_t>(), b.sx.f());
+            if (!xsplit) return xsplit.status();
+            end();
+            return attn_qkv(L, l, b, *xsplit);
+        };
+        bool site_ran = false;  // layer l's attention site ran in layer l - 1's last piece
         for (int l = 0; l < c_.n_layers; l++) {
             const layer_dev &L = layers_[size_t(l)];
-            DS41RT_RETURN_IF_ERROR(frame.piece(size_t(2 * l), [&]() -> Status {
-                begin("mhc+norm");
-                DS41RT_RETURN_IF_ERROR(m_->hc_mixes(b.X.f(), S, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, b.am));
-                auto xsplit = m_->hc_collapse_norm(b.X.f(), b.am.pre.f(), S, L.attn_norm, b.x.f(), b.xs.as<uint8_t>(), b.sx.f());
-                if (!xsplit) return xsplit.status();
-                end();
-                return attn_qkv(L, l, b, *xsplit);
-            }));
+            if (!site_ran) DS41RT_RETURN_IF_ERROR(frame.piece(size_t(2 * l), [&] { return attn_site(l); }));
+            site_ran = false;
             DS41RT_RETURN_IF_ERROR(attn_core(L, l, B, b));
             auto ffn = [&]() -> Status {
                 DS41RT_RETURN_IF_ERROR(attn_out(L, l, b));
@@ -665,7 +673,16 @@ private:
                 end();
                 return Status::ok();
             };
-            DS41RT_RETURN_IF_ERROR(moe_on_device(L, S) ? frame.piece(size_t(2 * l + 1), ffn) : ffn());
+            if (!moe_on_device(L, S)) {
+                DS41RT_RETURN_IF_ERROR(ffn());
+                continue;
+            }
+            // The next layer's attention site in the same piece: one graph launch a layer, not two.
+            site_ran = l + 1 < c_.n_layers;
+            DS41RT_RETURN_IF_ERROR(frame.piece(size_t(2 * l + 1), [&]() -> Status {
+                DS41RT_RETURN_IF_ERROR(ffn());
+                return site_ran ? attn_site(l + 1) : Status::ok();
+            }));
         }
         frame.done();
         begin("head");
@@ -687,6 +704,7 @@ private:
     std::unique_ptr<device_model> m_;
     const model::model_config &c_;
     bool official_;
+    bool device_key_lists_ = true;  // as v41_gpu's (DS41RT_DEVICE_KEY_LISTS=0: host-built windows)
     const uint16_t *embed_ = nullptr;
     dlinear head_;
     const float *norm_ = nullptr, *hc_head_fn_ = nullptr, *inv_main_ = nullptr, *inv_compress_ = nullptr;
