@@ -10,7 +10,9 @@
 //     differ in fp64 roundings, which reach the fp32 score about once in 10^7. A block computes a
 //     tile of heads x keys from shared memory holding q and k as fp64 (converted once when
 //     staged). The tile size follows R (small tiles so that one row still fills the GPU, large
-//     tiles for big batches); it changes which thread runs a chain, never the chain.
+//     tiles for big batches); it changes which thread runs a chain, never the chain. The small
+//     tiles stage all of hd in one go (scores_whole_kernel): a DCH-chunk loop pays one memory
+//     latency per chunk, which at decode is all the kernel does.
 //  2. softmax: one warp per (r, h) turns the scores into P.V weights in place:
 //     TRANSFORMERS: m = max(sink, scores), den = exp(sink - m) + sum exp(s - m), w = exp(s - m) / den
 //     OFFICIAL: per block of 64 entries the running max m_b (real scores only; blocks before the
@@ -62,6 +64,7 @@
 #include <utility>
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/dmma.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/numerics.cuh"
@@ -199,6 +202,79 @@ __global__ void __launch_bounds__(32 * NWM * NWN, tile_min_blocks(NWM * NWN))
             dmma_tiles<WM, WN>(acc, qa, kb);
         }
         __syncthreads();
+    }
+#pragma unroll
+    for (int a = 0; a < WM; a++) {
+        const int h = h0 + wm0 + 8 * a + g;
+        if (h >= H) continue;
+#pragma unroll
+        for (int b = 0; b < WN; b++) {
+            const int j = wn0 + 8 * b + 2 * t;
+            const float s0 = kp[j] ? __fmul_rn(float(acc[a][b][0]), scale) : -INFINITY;
+            const float s1 = kp[j + 1] ? __fmul_rn(float(acc[a][b][1]), scale) : -INFINITY;
+            *reinterpret_cast<float2 *>(sc + (size_t(r) * H + h) * Lp + i0 + j) = make_float2(s0, s1);
+        }
+    }
+}
+
+// The scores tile of scores_kernel with the whole of hd staged at once, as fp32 (converted to
+// fp64 as each fragment is read: exact, so the same chains and bits): a row's decode call has too
+// few tiles to hide the DCH-chunk loop's one memory latency per chunk (hd 512: 16 chunks in a
+// chain, ~15 us at R = 1 on the H200), while here every copy of the tile is in flight at once.
+// Pitch = (hd rounded up to 32) + 4 floats: 4 mod 32, so the 32 lanes of a fragment read (rows g,
+// columns t) hit 32 banks; the columns past hd are zeros, the zero-padded steps of scores_kernel.
+// Warps of the CTA each take 8 WM heads x 8 WN entries (WM = 2: one m16n8k4 a step on sm_90).
+__host__ __device__ constexpr int whole_pitch(int hd) { return (hd + 31) / 32 * 32 + 4; }
+template <int WM, int WN, int NWM, int NWN>
+constexpr size_t scores_whole_smem(int hd) {
+    return size_t(8 * WM * NWM + 8 * WN * NWN) * whole_pitch(hd) * sizeof(float);
+}
+
+template <int WM, int WN, int NWM, int NWN>
+__global__ void __launch_bounds__(32 * NWM * NWN)
+    scores_whole_kernel(const float *q, const float *const *keys, int H, int L, int hd, float scale, int Lp, float *sc) {
+    pdl_enter();
+    constexpr int HS = 8 * WM * NWM, KS = 8 * WN * NWN, NW = NWM * NWN;
+    extern __shared__ __align__(16) float smem_f[];
+    const int P = whole_pitch(hd), C = P / 4 - 1;  // float4 columns staged per row (hd rounded up to 32)
+    float *q_s = smem_f, *k_s = smem_f + HS * P;
+    __shared__ const float *kp[KS];
+    const int r = blockIdx.z, h0 = blockIdx.y * HS, i0 = blockIdx.x * KS, tid = threadIdx.x;
+    const int lane = tid & 31, warp = tid >> 5;
+    for (int j = tid; j < KS; j += 32 * NW) kp[j] = i0 + j < L ? keys[size_t(r) * L + i0 + j] : nullptr;
+    __syncthreads();
+    // A warp a row: HS q rows then KS key rows, 16-byte copies; missing rows and the pad as zeros.
+    for (int row = warp; row < HS + KS; row += NW) {
+        const float *src = row < HS ? (h0 + row < H ? q + (size_t(r) * H + h0 + row) * hd : nullptr) : kp[row - HS];
+        float *dst = smem_f + row * P;
+        for (int c = lane; c < C; c += 32) {
+            if (src && 4 * c < hd) cp_async16(dst + 4 * c, src + 4 * c, 16);
+            else *reinterpret_cast<float4 *>(dst + 4 * c) = zero4();
+        }
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    const int g = lane >> 2, t = lane & 3;
+    const int wm0 = (warp % NWM) * 8 * WM, wn0 = (warp / NWM) * 8 * WN;
+    const float *qa_p[WM], *kb_p[WN];
+#pragma unroll
+    for (int a = 0; a < WM; a++) qa_p[a] = q_s + (wm0 + 8 * a + g) * P + t;
+#pragma unroll
+    for (int b = 0; b < WN; b++) kb_p[b] = k_s + (wn0 + 8 * b + g) * P + t;
+    double acc[WM][WN][2];
+#pragma unroll
+    for (int a = 0; a < WM; a++)
+#pragma unroll
+        for (int b = 0; b < WN; b++) acc[a][b][0] = acc[a][b][1] = 0.0;
+#pragma unroll 8
+    for (int s = 0; s < C; s++) {
+        double qa[WM], kb[WN];
+#pragma unroll
+        for (int a = 0; a < WM; a++) qa[a] = double(qa_p[a][4 * s]);
+#pragma unroll
+        for (int b = 0; b < WN; b++) kb[b] = double(kb_p[b][4 * s]);
+        dmma_tiles<WM, WN>(acc, qa, kb);
     }
 #pragma unroll
     for (int a = 0; a < WM; a++) {
@@ -416,7 +492,7 @@ Status launch_tiles(void (*kernel)(P...), size_t smem, dim3 grid, int threads, c
 // Where each scratch array lives in the workspace and which launch shapes run.
 struct attention_plan {
     int nblk = 0, Lp = 0;
-    bool big_scores = false;  // 64 x 64 score tiles instead of 8 x 32
+    bool big_scores = false;  // 64 x 64 score tiles instead of 16 x 32 with hd staged whole (8 x 32 if it does not fit)
     bool loop_pv = false;     // P.V folds in registers over 64 x 64 tiles (no partials)
     size_t part = 0, sc = 0, rescale = 0, den = 0, bytes = 0;  // offsets in floats (part: fp64); bytes in total
 };
@@ -426,6 +502,14 @@ int current_sm_count() {
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
         return 1;
     return std::max(n, 1);
+}
+
+// The largest dynamic shared memory a block may opt in to on the current device.
+int current_smem_optin() {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+        return 48 * 1024;
+    return n;
 }
 
 attention_plan make_plan(const attention_batch &b, int sms) {
@@ -515,6 +599,10 @@ Status run_attention(const attention_batch &b, cudaStream_t stream) {
         DS41RT_RETURN_IF_ERROR(launch_tiles(scores_kernel<4, 4, 2, 2, 32>, scores_smem<4, 4, 2, 2, 32>(),
                                             dim3(unsigned(p.Lp / 64), unsigned((b.H + 63) / 64), unsigned(b.R)), 128, stream, b.q,
                                             b.keys, b.H, b.L, b.hd, b.scale, p.Lp, sc));
+    } else if (scores_whole_smem<2, 1, 1, 4>(b.hd) <= size_t(current_smem_optin())) {
+        DS41RT_RETURN_IF_ERROR(launch_tiles(scores_whole_kernel<2, 1, 1, 4>, scores_whole_smem<2, 1, 1, 4>(b.hd),
+                                            dim3(unsigned(p.Lp / 32), unsigned((b.H + 15) / 16), unsigned(b.R)), 128, stream,
+                                            b.q, b.keys, b.H, b.L, b.hd, b.scale, p.Lp, sc));
     } else {
         DS41RT_RETURN_IF_ERROR(launch_tiles(scores_kernel<1, 4, 1, 1, 32>, scores_smem<1, 4, 1, 1, 32>(),
                                             dim3(unsigned(p.Lp / 32), unsigned((b.H + 7) / 8), unsigned(b.R)), 32, stream, b.q,

@@ -8,7 +8,8 @@
 // sums (h.h, k.k, the weighted dot) are summed in another order (strided per thread, then a
 // fixed tree), which changes their fp32 roundings only in rare near-tie cases; exp is fp64
 // rounded once where the host calls glibc's expf. Deterministic (fixed reduction order).
-// One block per (token, stream); the sums finish before any thread writes its h.
+// One block per (token, stream); the sums finish before any thread writes its h. Loads are
+// batched U channels a thread (same order of adds), so a call pays ~D / (THREADS U) latencies.
 // Graph-replayable: yes. Test: tests/cuda/engram_test.cpp (tolerance stated there).
 #include "backend/cuda/engram.cuh"
 
@@ -22,7 +23,8 @@ namespace ds41rt::backend::cuda {
 
 namespace {
 
-constexpr int THREADS = 256;
+constexpr int THREADS = 256;  // launched with exactly this many
+constexpr int U = 4;          // channels a thread loads before it adds them
 
 __device__ double block_sum(double v, double *part) {
 #pragma unroll
@@ -44,12 +46,25 @@ __global__ void engram_gate_kernel(float *X, const float *kv, const float *q, co
     const float *key = kv + s * (p.hc + 1) * D, *kj = key + j * D, *value = key + p.hc * D;
     const float *qj = q + j * D, *kwj = kw + j * D;
     double hh = 0, kk = 0, acc = 0;
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-        const double hd = h[d], kd = kj[d];
+    auto add = [&](double hd, double kd, float qk) {
         hh = __dadd_rn(hh, __dmul_rn(hd, hd));
         kk = __dadd_rn(kk, __dmul_rn(kd, kd));
-        acc = __dadd_rn(acc, __dmul_rn(__dmul_rn(hd, double(__fmul_rn(qj[d], kwj[d]))), kd));
+        acc = __dadd_rn(acc, __dmul_rn(__dmul_rn(hd, double(qk)), kd));
+    };
+    // A thread's channels d, d + THREADS, ... in order; U of them loaded before their adds, so a
+    // thread waits one memory latency per U channels (one per channel: ~12 us a call at D 5120).
+    int64_t d = threadIdx.x;
+    for (; d + (U - 1) * THREADS < D; d += U * THREADS) {
+        float hv[U], kv_[U], qk[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            hv[u] = h[d + u * THREADS], kv_[u] = kj[d + u * THREADS];
+            qk[u] = __fmul_rn(qj[d + u * THREADS], kwj[d + u * THREADS]);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) add(hv[u], kv_[u], qk[u]);
     }
+    for (; d < D; d += THREADS) add(h[d], kj[d], __fmul_rn(qj[d], kwj[d]));
     hh = block_sum(hh, part);
     kk = block_sum(kk, part);
     acc = block_sum(acc, part);
@@ -59,10 +74,18 @@ __global__ void engram_gate_kernel(float *X, const float *kv, const float *q, co
     const float a = fabsf(dot);
     const float x = copysignf(__fsqrt_rn(a < 1e-6f ? 1e-6f : a), dot);
     const float g = __fdiv_rn(1.0f, __fadd_rn(1.0f, float(exp(double(-x)))));
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-        const float v = __fadd_rn(h[d], __fmul_rn(g, value[d]));
-        h[d] = p.round_bf16 ? dev::round_bf16(v) : v;
+    auto gated = [&](float hv, float vv) {
+        const float v = __fadd_rn(hv, __fmul_rn(g, vv));
+        return p.round_bf16 ? dev::round_bf16(v) : v;
+    };
+    for (d = threadIdx.x; d + (U - 1) * THREADS < D; d += U * THREADS) {
+        float hv[U], vv[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) hv[u] = h[d + u * THREADS], vv[u] = value[d + u * THREADS];
+#pragma unroll
+        for (int u = 0; u < U; u++) h[d + u * THREADS] = gated(hv[u], vv[u]);
     }
+    for (; d < D; d += THREADS) h[d] = gated(h[d], value[d]);
 }
 
 }  // namespace
