@@ -8,11 +8,13 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdio>
 #include <memory>
 #include <tuple>
+#include <utility>
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/elementwise.cuh"
@@ -382,6 +384,70 @@ TEST_F(CudaGemv, counters_reserve_lets_plans_share_one_workspace) {
             }
             EXPECT_EQ(diff, 0u) << "M" << o.M << " N" << o.N << " K" << o.K << " round " << round;
         }
+}
+
+// Row strides (gemv_matrix::ldx / ldy): G matrices reading their columns of one wide x and
+// writing their columns of one wide y (a grouped projection at decode) give the bits of the same
+// matrices over contiguous copies, in both numerics and both weight formats; y's pad columns,
+// which no matrix owns, keep their NaN poison. Strides the kernels cannot take are refused.
+TEST_F(CudaGemv, row_strides_equal_contiguous_rows) {
+    const int M = 5, N = 256, K = 1024, G = 3, LDX = G * K + 4, LDY = G * N + 8;
+    for (const auto &[fp4, act] : {std::pair{false, 0}, std::pair{false, 32}, std::pair{true, 32}}) {
+        const std::vector<float> wide_x = testing_util::random_normal(size_t(M) * LDX, 17);
+        dev_buf xw(wide_x.size() * 4), yw(size_t(M) * LDY * 4), xc(size_t(G) * M * K * 4), yc(size_t(G) * M * N * 4);
+        cudaMemcpy(xw.p, wide_x.data(), wide_x.size() * 4, cudaMemcpyHostToDevice);
+        std::vector<float> packed(size_t(G) * M * K);  // group g's rows, contiguous
+        for (int g = 0; g < G; g++)
+            for (int m = 0; m < M; m++)
+                std::copy_n(wide_x.begin() + size_t(m) * LDX + size_t(g) * K, K, packed.begin() + (size_t(g) * M + m) * K);
+        cudaMemcpy(xc.p, packed.data(), packed.size() * 4, cudaMemcpyHostToDevice);
+        std::vector<testing_util::quant_weight> qs;
+        std::vector<std::unique_ptr<dev_buf>> bufs;
+        std::vector<cuda::gemv_matrix> strided, contiguous;
+        for (int g = 0; g < G; g++) {
+            qs.push_back(fp4 ? testing_util::random_mxfp4(N, K, uint32_t(g + 1)) : testing_util::random_fp8_block(N, K, 32, 32, uint32_t(g + 1)));
+            for (const auto *v : {&qs.back().w, &qs.back().scale}) {
+                bufs.push_back(std::make_unique<dev_buf>(v->size()));
+                cudaMemcpy(bufs.back()->p, v->data(), v->size(), cudaMemcpyHostToDevice);
+            }
+            cuda::gemv_matrix m;
+            m.w = bufs[bufs.size() - 2]->as<uint8_t>(), m.scale = bufs.back()->as<uint8_t>();
+            m.fp4 = fp4, m.N = N, m.K = K, m.M = M, m.act_block = act;
+            m.x = xc.as<float>() + size_t(g) * M * K, m.y = yc.as<float>() + size_t(g) * M * N;
+            contiguous.push_back(m);
+            m.x = xw.as<float>() + size_t(g) * K, m.y = yw.as<float>() + size_t(g) * N, m.ldx = LDX, m.ldy = LDY;
+            strided.push_back(m);
+        }
+        cudaMemset(yw.p, 0xff, size_t(M) * LDY * 4);
+        for (const auto *mats : {&contiguous, &strided}) {
+            auto plan = cuda::plan_gemv(dev_, *mats);
+            ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+            dev_buf ws(std::max<size_t>(plan->workspace_bytes, 1));
+            cudaMemset(ws.p, 0, std::max<size_t>(plan->workspace_bytes, 1));
+            ASSERT_TRUE(cuda::run_gemv(*plan, ws.p, 0).is_ok());
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        }
+        std::vector<float> got(size_t(M) * LDY), want(size_t(G) * M * N);
+        cudaMemcpy(got.data(), yw.p, got.size() * 4, cudaMemcpyDeviceToHost);
+        cudaMemcpy(want.data(), yc.p, want.size() * 4, cudaMemcpyDeviceToHost);
+        size_t bad = 0;
+        for (int m = 0; m < M; m++)
+            for (int c = 0; c < LDY; c++) {
+                const float v = got[size_t(m) * LDY + c];
+                const bool pad = c >= G * N;
+                const float w = pad ? v : want[(size_t(c / N) * M + m) * N + c % N];
+                const bool ok = pad ? std::isnan(v) : std::bit_cast<uint32_t>(v) == std::bit_cast<uint32_t>(w);
+                if (!ok && bad++ < 5) ADD_FAILURE() << (fp4 ? "mxfp4" : "fp8") << " act " << act << " row " << m << " column " << c << ": " << v << " vs " << w;
+            }
+        EXPECT_EQ(bad, 0u);
+    }
+    cuda::gemv_matrix m;
+    m.N = 64, m.K = 256, m.M = 2, m.act_block = 32, m.ldx = 255;  // below K
+    EXPECT_EQ(cuda::plan_gemv(dev_, {m}).status().code(), status_code::INVALID_ARGUMENT);
+    m.ldx = 258;  // not a multiple of 4
+    EXPECT_EQ(cuda::plan_gemv(dev_, {m}).status().code(), status_code::INVALID_ARGUMENT);
+    m.ldx = 0, m.ldy = 63;  // below N
+    EXPECT_EQ(cuda::plan_gemv(dev_, {m}).status().code(), status_code::INVALID_ARGUMENT);
 }
 
 TEST_F(CudaGemv, rejects_unsupported_shapes) {

@@ -209,11 +209,13 @@ __device__ __forceinline__ void copy_to_shared(uint8_t *dst, const uint8_t *src,
 template <bool BF16, bool XS>
 __global__ void __launch_bounds__(NARROW_THREADS) dense_narrow_kernel(const float *__restrict__ x, const void *__restrict__ w,
                                                                        float *__restrict__ y, int M, int N, int K, int RB) {
-    pdl_enter();
     extern __shared__ __align__(16) uint8_t sw[];
     const int n0 = blockIdx.x * RB, rows = min(RB, N - n0);
     const size_t row_bytes = size_t(K) * (BF16 ? 2 : 4);
+    // The weight rows are no kernel's output: their copies go out before the launch waits for its
+    // predecessor (pdl.cuh), so their latency hides behind its tail; x is read from here on.
     copy_to_shared(sw, static_cast<const uint8_t *>(w) + size_t(n0) * row_bytes, size_t(rows) * row_bytes);
+    pdl_enter();
     float *xsh = reinterpret_cast<float *>(sw + size_t(RB) * row_bytes);
     if constexpr (XS) copy_to_shared(reinterpret_cast<uint8_t *>(xsh), reinterpret_cast<const uint8_t *>(x), size_t(M) * K * 4);
     asm volatile("cp.async.commit_group;");

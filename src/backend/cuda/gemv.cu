@@ -203,11 +203,14 @@ Result<gemv_plan> plan_gemv(const device_info &dev, const std::vector<gemv_matri
             return Status::not_supported(what + ": FP8 scale blocks must be 16 or 32 x 2^i rows and 32 x 2^i columns");
         if (m.act_block != 0 && (m.act_block % 32 != 0 || log2_exact(m.act_block / 32) < 0 || m.K % m.act_block != 0))
             return Status::not_supported(what + ": activation blocks must be 32 x 2^i channels dividing K");
+        if ((m.ldx != 0 && (m.ldx < m.K || m.ldx % 4 != 0)) || (m.ldy != 0 && m.ldy < m.N))
+            return Status::invalid_argument(what + ": row strides ldx (a multiple of 4, >= K) and ldy (>= N)");
         if (m.split.xs && (!m.split.sx || m.act_block == 0))
             return Status::invalid_argument(what + ": a split x needs its scales and official numerics (act_block)");
         for (size_t k = 0; k < i; k++)
-            if (mats[k].x == m.x && (mats[k].M != m.M || mats[k].K != m.K || mats[k].act_block != m.act_block ||
-                                     mats[k].split.xs != m.split.xs || mats[k].split.sx != m.split.sx))
+            if (mats[k].x == m.x && (mats[k].M != m.M || mats[k].K != m.K || mats[k].ldx != m.ldx ||
+                                     mats[k].act_block != m.act_block || mats[k].split.xs != m.split.xs ||
+                                     mats[k].split.sx != m.split.sx))
                 return Status::invalid_argument(what + ": shares x with matrix " + std::to_string(k) +
                                                 " at another M, K, activation block or split");
         total_tiles += tiles_of(m);
@@ -272,7 +275,7 @@ Status run_gemv(const gemv_plan &plan, void *workspace, cudaStream_t stream) {
         if (m.split.xs) continue;  // split by x's producer
         split_job &J = sb.jobs[sb.njobs++];
         J.x = m.x, J.xs = ws + plan.x_offset[i], J.sx = m.act_block ? sx_of(i) : nullptr;
-        J.M = m.M, J.K = m.K, J.act_block = m.act_block;
+        J.M = m.M, J.K = m.K, J.act_block = m.act_block, J.ldx = m.ldx ? m.ldx : m.K;
         max_work = std::max(max_work, m.act_block ? m.M * (m.K / m.act_block) * 32 : m.M * m.K / 4);
         if (sb.njobs == MAX_JOBS) DS41RT_RETURN_IF_ERROR(flush_splits());
     }
@@ -291,7 +294,7 @@ Status run_gemv(const gemv_plan &plan, void *workspace, cudaStream_t stream) {
             J.w = m.w, J.scale = m.scale, J.y = m.y;
             J.xs = m.split.xs ? static_cast<const void *>(m.split.xs) : ws + plan.x_offset[i];
             J.sx = m.split.xs ? m.split.sx : m.act_block ? sx_of(i) : nullptr;
-            J.N = m.N, J.K = m.K, J.M = m.M;
+            J.N = m.N, J.K = m.K, J.M = m.M, J.ldy = m.ldy ? m.ldy : m.N;
             J.scols = m.fp4 ? m.K / 32 : (m.K + m.block_in - 1) / m.block_in;
             J.sshift = 0;
             if (!m.fp4) {

@@ -42,6 +42,9 @@ struct gemv_matrix {
     gemv_split split;                   // official numerics: x's split, if made already (xs set)
     float *y = nullptr;                 // [M, N]; must not alias x or w
     int M = 1;                          // 1..16
+    // Row strides in elements (0: K for x, N for y): x rows and y rows inside wider rows, e.g. one
+    // group's columns of a grouped projection, with no gather or scatter copy. ldx % 4 == 0.
+    int ldx = 0, ldy = 0;
     // Official numerics' bf16 linear outputs: y is written already rounded to bf16 (nearest even,
     // the bits round_bf16_inplace would give), saving that launch and its pass over y.
     bool round_bf16_out = false;

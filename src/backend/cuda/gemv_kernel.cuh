@@ -46,6 +46,7 @@ struct job {
     float *y, *partials;
     unsigned *counters;
     int N, K, M;
+    int ldy;            // y's row stride in floats (N when rows are contiguous)
     int scols, sshift;  // FP8: scale columns, log2(block_in / 32)
     int row_block_shift; // FP8: log2(block_out / 16)
     int ksplit, kb_per_split, item_begin;
@@ -112,6 +113,7 @@ struct split_job {
     void *xs;
     float *sx;
     int M, K, act_block;
+    int ldx;  // x's row stride in floats (K when rows are contiguous); xs is always [M][K]
 };
 struct split_batch {
     split_job jobs[MAX_JOBS];
@@ -128,10 +130,11 @@ __device__ __forceinline__ uint8_t act_code(float x, float inv) { return dev::e4
 // Thread tid of nthreads (nthreads a multiple of 32) splits its share of J.
 __device__ __forceinline__ void split_x_rows(const split_job &J, int tid, int nthreads) {
     if (J.act_block == 0) {
-        const int words = J.M * J.K / 4;
+        const int row_words = J.K / 4, words = J.M * row_words;
         uint4 *xs = static_cast<uint4 *>(J.xs);
         for (int r = tid; r < words; r += nthreads) {
-            const float4 v = reinterpret_cast<const float4 *>(J.x)[r];
+            const int m = r / row_words;
+            const float4 v = reinterpret_cast<const float4 *>(J.x + size_t(m) * J.ldx)[r - m * row_words];
             const __half2 h01 = __floats2half2_rn(v.x, v.y), h23 = __floats2half2_rn(v.z, v.w);
             const __half2 l01 = __floats2half2_rn(v.x - __low2float(h01), v.y - __high2float(h01));
             const __half2 l23 = __floats2half2_rn(v.z - __low2float(h23), v.w - __high2float(h23));
@@ -145,7 +148,7 @@ __device__ __forceinline__ void split_x_rows(const split_job &J, int tid, int nt
     uint8_t *xq = static_cast<uint8_t *>(J.xs);
     for (int i = (tid) >> 5; i < total; i += (nthreads) >> 5) {
         const int m = i / blocks, blk = i % blocks;
-        const float *p = J.x + size_t(m) * J.K + size_t(blk) * J.act_block;
+        const float *p = J.x + size_t(m) * J.ldx + size_t(blk) * J.act_block;
         float amax = 0.0f;
         for (int k = lane; k < J.act_block; k += 32) amax = fmaxf(amax, fabsf(p[k]));
 #pragma unroll
@@ -465,7 +468,7 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
                 const int m = nt * 8 + 2 * q + (i & 1);
                 const int r = i < 2 ? ra : rb;
                 const float y = v[nt][i] * FOLD;
-                if (m < M && r < N) J.y[size_t(m) * N + r] = J.round_out ? dev::round_bf16(y) : y;
+                if (m < M && r < N) J.y[size_t(m) * J.ldy + r] = J.round_out ? dev::round_bf16(y) : y;
             }
     };
     if (ksplit == 1) {

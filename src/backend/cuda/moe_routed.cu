@@ -209,7 +209,7 @@ __device__ __forceinline__ void split_row(const routed_params &p, int s, bool do
     } else {
         if (c1 < 0) c1 = Kd;
         gd::split_job J;
-        J.x = src + c0, J.M = 1, J.K = c1 - c0, J.act_block = MODE == OFFICIAL ? p.act_block : 0;
+        J.x = src + c0, J.M = 1, J.K = c1 - c0, J.ldx = J.K, J.act_block = MODE == OFFICIAL ? p.act_block : 0;
         J.xs = xs + (size_t(s) * Kd + c0) * (MODE == OFFICIAL ? gd::X8_BYTES : 4);
         J.sx = MODE == OFFICIAL ? sx + (size_t(u) * (Kd / 32) + c0 / 32) * gd::SX_TOKENS + m : nullptr;
         gd::split_x_rows(J, tid, nthreads);
@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(WARPS * 32, mxfp4_min_blocks(NT))
     J.y = down ? p.ye + size_t(m.off) * p.D : (m.which ? p.up : p.gate) + size_t(m.off) * p.I;
     J.partials = (down ? p.partials_down : p.partials_up) + size_t(m.mat) * tiles * ks * SLOT;
     J.counters = (down ? p.counters_down : p.counters_up) + size_t(m.mat) * tiles;
-    J.N = m.N, J.K = m.K, J.M = m.M;
+    J.N = m.N, J.K = m.K, J.M = m.M, J.ldy = m.N;
     J.scols = m.K / 32;
     J.sshift = 0;
     J.row_block_shift = 0;

@@ -608,10 +608,13 @@ Status device_model::grouped_output(const dlinear &wo_a, const dlinear &wo_b, co
     std::vector<dlinear> wa(static_cast<size_t>(G));
     std::vector<linear_job> jobs;
     for (int64_t g = 0; g < G; g++) wa[size_t(g)] = wo_a.rows(int(g * R), int(R));
-    // A single row's groups are contiguous slices of o and z; more rows are gathered into
-    // per-group blocks first and scattered back after.
-    if (S == 1) {
-        for (int64_t g = 0; g < G; g++) jobs.push_back({&wa[size_t(g)], o + g * gin, z.f() + g * R});
+    // A single row's groups are contiguous slices of o and z; the GEMV (FP8 / MXFP4 wo_a at decode
+    // sizes) reads more rows' group columns and writes them in place (its row strides); otherwise
+    // the rows are gathered into per-group blocks first and scattered back after.
+    const bool strided = wo_a.k != dlinear::kind::DENSE && S <= GEMV_MAX_ROWS;
+    if (S == 1 || strided) {
+        for (int64_t g = 0; g < G; g++)
+            jobs.push_back({&wa[size_t(g)], o + g * gin, z.f() + g * R, {}, S > 1 ? heads_width : 0, S > 1 ? G * R : 0});
         DS41RT_RETURN_IF_ERROR(run_linears(jobs, S, lin::BF16));
     } else {
         dtemp og = temp_f32(G * S * gin), zg = temp_f32(G * S * R);
@@ -668,9 +671,10 @@ cuda::gemv_matrix device_model::gemv_piece(const linear_job &j, int64_t m0, int6
     g.block_in = L.bi;
     g.N = L.N;
     g.K = L.K;
-    g.x = x + m0 * L.K;
+    g.x = x + m0 * (j.ldx ? j.ldx : L.K);
     g.act_block = quant_x ? cfg_.fp8_block_in : 0;
-    g.y = y + m0 * L.N;
+    g.y = y + m0 * (j.ldy ? j.ldy : L.N);
+    g.ldx = int(j.ldx), g.ldy = int(j.ldy);
     g.M = int(std::min<int64_t>(GEMV_MAX_ROWS, M - m0));
     g.round_bf16_out = official_ && cls != lin::F32;  // fused: no separate round launch
     if (quant_x && j.split.xs && m0 == 0 && M <= GEMV_MAX_ROWS) g.split = j.split;
@@ -723,6 +727,8 @@ Status device_model::run_linears(const std::vector<linear_job> &jobs, int64_t M,
     std::vector<const linear_job *> gemv_jobs, dense_jobs;
     for (const linear_job &j : jobs) {
         const dlinear &L = *j.L;
+        if ((j.ldx || j.ldy) && (M > GEMV_MAX_ROWS || L.k == dlinear::kind::DENSE))
+            return Status::internal("run_linears: row strides are for GEMV-sized FP8 / MXFP4 products only");
         const bool exact_x = official_ && cls == lin::BF16;  // x unquantized: on sm_90a only
         // Plain BF16 weights of the BF16 and F32 classes (x unquantized either way; F32 keeps fp32 outputs).
         const bool bf16_dense = L.k == dlinear::kind::DENSE && L.wd_bf16 && official_ && (cls == lin::BF16 || cls == lin::F32);

@@ -163,6 +163,9 @@ public:
         // x already split for an official FP8 / MXFP4 GEMV (hc_collapse_norm): used by decode
         // sizes (M <= 16), which then need no split launch; otherwise ignored.
         backend::cuda::gemv_split split = {};
+        // Row strides of x and y in floats (0: K and N), for decode sizes (M <= 16, the GEMV)
+        // only: a grouped projection's groups read and write their columns in place.
+        int64_t ldx = 0, ldy = 0;
     };
     Status run_linears(const std::vector<linear_job> &jobs, int64_t M, backend::cpu::lin cls) const;
     // FP8 / MXFP4 linears of one class, each over its own M rows (the routed experts of a
