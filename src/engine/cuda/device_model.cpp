@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "backend/cuda/bf16_gemv.cuh"
 #include "backend/cuda/collapse_norm.cuh"
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/dense.cuh"
@@ -34,6 +35,19 @@ constexpr size_t GEMV_COUNTERS_RESERVE = 64 * 1024;
 bool prefill_gemm_default() {
     const char *e = std::getenv("DS41RT_PREFILL_GEMM");
     return !(e && std::string(e) == "0");
+}
+
+// Wide plain-BF16 products at decode sizes (the head; N >= BF16_GEMV_MIN_N) run on the tensor
+// cores (backend/cuda bf16_gemv) from DS41RT_BF16_GEMV_MIN_M rows on (default 4; 17 keeps
+// dense_linear, for comparing). Below 4 rows dense_linear streams the head faster (H200, V4.1's
+// head: 324 against 420 us at M 1, 419 against 422 at M 4, 1692 against 542 at M 16;
+// docs/perf/2026-12-02-s16-run5.log), so a row's logits differ in their last bits between a
+// step of fewer than 4 rows and one of more. Narrow products (router, compressor and indexer
+// projections) stay on dense_linear's narrow kernel.
+constexpr int64_t BF16_GEMV_MIN_N = 4096;
+int64_t bf16_gemv_min_m() {
+    const char *e = std::getenv("DS41RT_BF16_GEMV_MIN_M");
+    return e && *e ? std::atoll(e) : 4;
 }
 
 // Freed memory the device's default pool keeps across synchronisations, for the stream-ordered
@@ -757,6 +771,16 @@ Status device_model::run_linears(const std::vector<linear_job> &jobs, int64_t M,
         }
         if (L.k != dlinear::kind::DENSE) {
             gemv_jobs.push_back(&j);
+            continue;
+        }
+        static const int64_t bf16_min_m = bf16_gemv_min_m();
+        const bool a16 = ((reinterpret_cast<uintptr_t>(j.x) | reinterpret_cast<uintptr_t>(L.wd)) & 15u) == 0;
+        if (!quant_x && L.wd_bf16 && M >= bf16_min_m && M <= cuda::BF16_GEMV_MAX_M && L.N >= BF16_GEMV_MIN_N &&
+            L.K % 32 == 0 && a16) {
+            dtemp ws = temp(cuda::bf16_gemv_workspace_bytes(int(M), L.K));
+            DS41RT_RETURN_IF_ERROR(
+                cuda::bf16_gemv(j.x, static_cast<const uint16_t *>(L.wd), j.y, int(M), L.N, L.K, ws.as<void>(), stream_));
+            dense_jobs.push_back(&j);  // OFFICIAL's BF16 rounding below, as dense_linear's outputs
             continue;
         }
         const float *xin = j.x;
