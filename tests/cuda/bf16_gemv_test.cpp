@@ -7,10 +7,12 @@
 // dense_linear) are information only.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "backend/cuda/bf16_gemv.cuh"

@@ -212,7 +212,7 @@ Result<gemv_plan> plan_gemv(const device_info &dev, const std::vector<gemv_matri
                                      mats[k].act_block != m.act_block || mats[k].split.xs != m.split.xs ||
                                      mats[k].split.sx != m.split.sx))
                 return Status::invalid_argument(what + ": shares x with matrix " + std::to_string(k) +
-                                                " at another M, K, activation block or split");
+                                                " at another M, K, row stride, activation block or split");
         total_tiles += tiles_of(m);
     }
     // Launch order: grouped by kernel instance, stable within a group.

@@ -41,7 +41,7 @@ bool prefill_gemm_default() {
 // cores (backend/cuda bf16_gemv) from DS41RT_BF16_GEMV_MIN_M rows on (default 4; 17 keeps
 // dense_linear, for comparing). Below 4 rows dense_linear streams the head faster (H200, V4.1's
 // head: 324 against 420 us at M 1, 419 against 422 at M 4, 1692 against 542 at M 16;
-// docs/perf/2026-12-02-s16-run5.log), so a row's logits differ in their last bits between a
+// docs/perf/2026-12-02-s16-run45-bf16-head.log), so a row's logits differ in their last bits between a
 // step of fewer than 4 rows and one of more. Narrow products (router, compressor and indexer
 // projections) stay on dense_linear's narrow kernel.
 constexpr int64_t BF16_GEMV_MIN_N = 4096;
