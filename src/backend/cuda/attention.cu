@@ -136,6 +136,26 @@ __host__ __device__ constexpr int pitch_of(int cols) { return cols + 4; }
 // 4-warp tiles three, so that one CTA stages while the others multiply; 8-warp tiles two.
 __host__ __device__ constexpr int tile_min_blocks(int warps) { return warps == 8 ? 2 : warps == 4 ? 3 : 1; }
 
+// A warp's WM x WN score tiles (heads from hw0, list entries from i0 + wn0 of row r) to sc,
+// times scale, -inf for null entries: the one epilogue of both score kernels, so their bits agree.
+template <int WM, int WN>
+__device__ __forceinline__ void store_scores(const double (&acc)[WM][WN][2], const float *const *kp, int r, int H, int hw0,
+                                             int wn0, int i0, int Lp, float scale, float *sc) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int a = 0; a < WM; a++) {
+        const int h = hw0 + 8 * a + g;
+        if (h >= H) continue;
+#pragma unroll
+        for (int b = 0; b < WN; b++) {
+            const int j = wn0 + 8 * b + 2 * t;
+            const float s0 = kp[j] ? __fmul_rn(float(acc[a][b][0]), scale) : -INFINITY;
+            const float s1 = kp[j + 1] ? __fmul_rn(float(acc[a][b][1]), scale) : -INFINITY;
+            *reinterpret_cast<float2 *>(sc + (size_t(r) * H + h) * Lp + i0 + j) = make_float2(s0, s1);
+        }
+    }
+}
+
 // Scores of one (row r, HS heads, KS list entries) tile: S = Q K^T over hd on fp64 tensor cores.
 // Warp (wm, wn) of NWM x NWN holds 8 WM heads x 8 WN entries; the tile is staged DCH dims at a
 // time as fp64 (converted once), the next chunk's floats in registers while this one is used.
@@ -203,18 +223,7 @@ __global__ void __launch_bounds__(32 * NWM * NWN, tile_min_blocks(NWM * NWN))
         }
         __syncthreads();
     }
-#pragma unroll
-    for (int a = 0; a < WM; a++) {
-        const int h = h0 + wm0 + 8 * a + g;
-        if (h >= H) continue;
-#pragma unroll
-        for (int b = 0; b < WN; b++) {
-            const int j = wn0 + 8 * b + 2 * t;
-            const float s0 = kp[j] ? __fmul_rn(float(acc[a][b][0]), scale) : -INFINITY;
-            const float s1 = kp[j + 1] ? __fmul_rn(float(acc[a][b][1]), scale) : -INFINITY;
-            *reinterpret_cast<float2 *>(sc + (size_t(r) * H + h) * Lp + i0 + j) = make_float2(s0, s1);
-        }
-    }
+    store_scores<WM, WN>(acc, kp, r, H, h0 + wm0, wn0, i0, Lp, scale, sc);
 }
 
 // The scores tile of scores_kernel with the whole of hd staged at once, as fp32 (converted to
@@ -276,18 +285,7 @@ __global__ void __launch_bounds__(32 * NWM * NWN)
         for (int b = 0; b < WN; b++) kb[b] = double(kb_p[b][4 * s]);
         dmma_tiles<WM, WN>(acc, qa, kb);
     }
-#pragma unroll
-    for (int a = 0; a < WM; a++) {
-        const int h = h0 + wm0 + 8 * a + g;
-        if (h >= H) continue;
-#pragma unroll
-        for (int b = 0; b < WN; b++) {
-            const int j = wn0 + 8 * b + 2 * t;
-            const float s0 = kp[j] ? __fmul_rn(float(acc[a][b][0]), scale) : -INFINITY;
-            const float s1 = kp[j + 1] ? __fmul_rn(float(acc[a][b][1]), scale) : -INFINITY;
-            *reinterpret_cast<float2 *>(sc + (size_t(r) * H + h) * Lp + i0 + j) = make_float2(s0, s1);
-        }
-    }
+    store_scores<WM, WN>(acc, kp, r, H, h0 + wm0, wn0, i0, Lp, scale, sc);
 }
 
 __device__ __forceinline__ float warp_max(float v) {
