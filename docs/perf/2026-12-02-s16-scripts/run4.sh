@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Session 16 run 4: bf16_gemv (the head at decode on the tensor cores): its GPU tests, the engine
+# tests, and the bench with it (DS41RT_BF16_GEMV_MIN_M=1) and without (=17), V4.1 16 layers.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+[ -e /work/main/tests/fixtures ] || { mkdir -p /work/main/tests; ln -s "$PWD/tests/fixtures" /work/main/tests/fixtures; }
+export NCCL_NVLS_ENABLE=0
+O=$OUT
+W=/tmp/w; mkdir -p $W/b
+tar -C $W/b -xJf build/ab/B.tar.xz
+NCCL_LIB=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+export LD_LIBRARY_PATH=$W/b/d/lib:$NCCL_LIB
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+echo "## bf16_gemv tests"
+timeout 120 $W/b/d/ds41rt_cuda_tests --gtest_filter='CudaBf16Gemv.*:CudaGemv.row_strides*' 2>&1 | grep -E '^\[  (PASSED|FAILED)|FAILED|info|time|Failure|vs' | head -40
+echo "## engine tests"
+timeout 200 $W/b/d/ds41rt_cuda_engine_tests > $O/engine-tests.log 2>&1; echo rc=$?
+grep -E '^\[  (PASSED|FAILED)|FAILED|logits differ|gpu vs cpu' $O/engine-tests.log | head -30
+for r in 1 2; do
+for m in 17 1; do
+  DS41RT_BF16_GEMV_MIN_M=$m $W/b/d/ds41rt bench --model-type v41 --layers 16 --decode-steps 32 --concurrency 1,4,16 --prefill '' --out $W/j > $O/bench-m$m-$r.log 2>&1
+  echo "== min_m $m round $r"; grep "bench: decode" $O/bench-m$m-$r.log
+done
+done
