@@ -32,9 +32,9 @@
 //    power-of-two scale exactly as backend/cpu fake_quant_fp8_ue8m0 does (DeepSeek's act_quant);
 //    the FP8 weight bytes as stored and x's E4M3 bytes convert exactly to fp16 for two
 //    mma.m16n8k16 per 32-k block (what mma.m16n8k32.e4m3 compiles to on Hopper, less its fp32
-//    add of the accumulator input); MXFP4 codes become E4M3 bytes equal to value * 2^-6 in 9
-//    integer ops per 8 codes first (the 2^6 goes to the scale). Products are exact; the sums are
-//    fp32.
+//    add of the accumulator input); MXFP4 codes become fp16 pairs equal to value * 2^-14 in 4
+//    integer ops a pair (codes j and j + 4 paired, x's bytes permuted to match; the 2^14 goes to
+//    the store), no cvt. Products are exact; the sums are fp32.
 //
 // Instructions: the MXFP4 item is bound by issue, not bytes (ncu, H200, 2026-12-01: 93 warp
 // instructions per 32-k block of 16 rows, 2.8 weight bytes each, issue 49% busy, 30% of DRAM).

@@ -83,6 +83,17 @@ __device__ __forceinline__ uint32_t e2m1_byte_to_h2(uint32_t w) {
     return ((b & 0x8u) << 12) | ((b & 0x7u) << 9) | ((b & 0x80u) << 24) | ((b & 0x70u) << 21);
 }
 
+// Eight E2M1 codes (nibble j = code j) as four fp16 pairs equal to value * 2^-14, pair j = codes
+// (j, j + 4): magnitude bits (e1 e0 m) to fp16 bits 11..9 / 27..25 (e = 0 lands on subnormals, m *
+// 0.5 * 2^-14; e > 0 on normals) and the sign to bit 15 / 31. Codes j and j + 4 sit 16 bits apart,
+// as the pair's halves do, so one shift and mask serves both: 4 integer ops a pair, no cvt.
+__device__ __forceinline__ void e2m1x8_to_h2x4(uint32_t w, uint32_t (&o)[4]) {
+    o[0] = ((w << 9) & 0x0e000e00u) | ((w << 12) & 0x80008000u);
+    o[1] = ((w << 5) & 0x0e000e00u) | ((w << 8) & 0x80008000u);
+    o[2] = ((w << 1) & 0x0e000e00u) | ((w << 4) & 0x80008000u);
+    o[3] = ((w >> 3) & 0x0e000e00u) | (w & 0x80008000u);
+}
+
 // Eight E2M1 codes (nibble j = code j) as eight E4M3 bytes equal to value * 2^-6, in code order
 // (lo: codes 0-3, hi: codes 4-7). Magnitude bits (e1 e0 m) move to E4M3 bits 4..2 and the sign to
 // bit 7: e = 0 lands on E4M3 subnormals (m / 2 * 2^-6), e > 0 on normals ((1 + m/2) 2^(e-7)).
@@ -216,24 +227,36 @@ __device__ __forceinline__ x8_operands<NT> load_x8(const x_lane<NT, uint2> &L, i
 template <bool FP4, int NT>
 __device__ __forceinline__ void kblock_x8(uint2 la, uint2 lb, float sa, float sb, const x8_operands<NT> &o,
                                           float (&acc)[NT][4]) {
-    uint32_t wa0, wa1, wb0, wb1;  // E4M3 bytes of k 8q .. 8q+3 and 8q+4 .. 8q+7, rows ra and rb
-    if constexpr (FP4) {
-        e2m1x8_to_e4m3(la.x, wa0, wa1);
-        e2m1x8_to_e4m3(lb.x, wb0, wb1);
-    } else {
-        wa0 = la.x, wa1 = la.y, wb0 = lb.x, wb1 = lb.y;
-    }
     float d[NT][4] = {};
-    uint32_t a[4];  // a[0], a[2]: row ra; a[1], a[3]: row rb; first k 8q .. 8q+3, then 8q+4 .. 8q+7
+    uint32_t a[4];  // a[0], a[2]: row ra; a[1], a[3]: row rb
+    if constexpr (FP4) {
+        // Weights straight to fp16 pairs of codes (j, j + 4): the first MMA takes k 8q + {0, 4, 1,
+        // 5}, the second 8q + {2, 6, 3, 7}; x's bytes are permuted to the same pairs before their
+        // cvt. (Through E4M3 bytes the weights took 9 integer ops and 4 cvt per 8 codes.)
+        uint32_t wa[4], wb[4];
+        e2m1x8_to_h2x4(la.x, wa);
+        e2m1x8_to_h2x4(lb.x, wb);
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        fp8x4_to_h2x2(h ? wa1 : wa0, a[0], a[2]);
-        fp8x4_to_h2x2(h ? wb1 : wb0, a[1], a[3]);
+        for (int h = 0; h < 2; h++) {
+            a[0] = wa[2 * h], a[2] = wa[2 * h + 1], a[1] = wb[2 * h], a[3] = wb[2 * h + 1];
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            uint32_t b[2];
-            fp8x4_to_h2x2(h ? o.x[nt].y : o.x[nt].x, b[0], b[1]);
-            mma_f16(d[nt], a, b[0], b[1]);
+            for (int nt = 0; nt < NT; nt++) {
+                uint32_t b[2];
+                fp8x4_to_h2x2(__byte_perm(o.x[nt].x, o.x[nt].y, h ? 0x7362 : 0x5140), b[0], b[1]);
+                mma_f16(d[nt], a, b[0], b[1]);
+            }
+        }
+    } else {  // first k 8q .. 8q+3, then 8q+4 .. 8q+7
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            fp8x4_to_h2x2(h ? la.y : la.x, a[0], a[2]);
+            fp8x4_to_h2x2(h ? lb.y : lb.x, a[1], a[3]);
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                uint32_t b[2];
+                fp8x4_to_h2x2(h ? o.x[nt].y : o.x[nt].x, b[0], b[1]);
+                mma_f16(d[nt], a, b[0], b[1]);
+            }
         }
     }
 #pragma unroll
@@ -360,9 +383,9 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
     // words (fp16 hi / lo pairs).
     using XW = std::conditional_t<X8, uint2, uint4>;
     const x_lane<NT, XW> xl = x_lane_of<NT, XW>(J.xs, J.sx, size_t(K / 32) * (X8 ? 4 : 8), M, g, q);
-    // MXFP4: the decode tricks' 2^-6 / 2^-14 stay in the sums, which the store multiplies back by
-    // 2^6 / 2^14 (exact: a power of two), so the per-block scales are the codes' bits alone.
-    constexpr float FOLD = !FP4 ? 1.0f : X8 ? 64.0f : 16384.0f;
+    // MXFP4: the decode trick's 2^-14 (both modes) stays in the sums, which the store multiplies
+    // back by 2^14 (exact: a power of two), so the per-block scales are the codes' bits alone.
+    constexpr float FOLD = FP4 ? 16384.0f : 1.0f;
 
     float acc[NT][4] = {};
     for (int s = 0; s < nstage; s++) {
