@@ -6,6 +6,7 @@
 
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
+#include <cuda/atomic>
 
 #include <cstdint>
 #include <type_traits>
@@ -92,16 +93,6 @@ __device__ __forceinline__ void e2m1x8_to_h2x4(uint32_t w, uint32_t (&o)[4]) {
     o[1] = ((w << 5) & 0x0e000e00u) | ((w << 8) & 0x80008000u);
     o[2] = ((w << 1) & 0x0e000e00u) | ((w << 4) & 0x80008000u);
     o[3] = ((w >> 3) & 0x0e000e00u) | (w & 0x80008000u);
-}
-
-// Eight E2M1 codes (nibble j = code j) as eight E4M3 bytes equal to value * 2^-6, in code order
-// (lo: codes 0-3, hi: codes 4-7). Magnitude bits (e1 e0 m) move to E4M3 bits 4..2 and the sign to
-// bit 7: e = 0 lands on E4M3 subnormals (m / 2 * 2^-6), e > 0 on normals ((1 + m/2) 2^(e-7)).
-__device__ __forceinline__ void e2m1x8_to_e4m3(uint32_t w, uint32_t &lo, uint32_t &hi) {
-    const uint32_t even = ((w << 2) & 0x1c1c1c1cu) | ((w << 4) & 0x80808080u);  // codes 0, 2, 4, 6
-    const uint32_t odd = ((w >> 2) & 0x1c1c1c1cu) | (w & 0x80808080u);         // codes 1, 3, 5, 7
-    lo = __byte_perm(even, odd, 0x5140);
-    hi = __byte_perm(even, odd, 0x7362);
 }
 
 __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -208,7 +199,7 @@ __device__ __forceinline__ x_lane<NT, W> x_lane_of(const void *xs, const float *
 }
 
 template <int NT>
-__device__ __forceinline__ x8_operands<NT> load_x8(const x_lane<NT, uint2> &L, int k32) {
+__device__ __forceinline__ x8_operands<NT> load_x(const x_lane<NT, uint2> &L, int k32) {
     x8_operands<NT> o;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
@@ -218,15 +209,34 @@ __device__ __forceinline__ x8_operands<NT> load_x8(const x_lane<NT, uint2> &L, i
     return o;
 }
 
-// Official mode. Weights and x become fp16 (E4M3 converts exactly; MXFP4 codes first become E4M3
-// bytes equal to value * 2^-6) for two m16n8k16: k 8q .. 8q+3 of each row in the first, 8q+4 ..
+// Reference mode's operands of one k block: this thread's two 16-byte words of token nt * 8 + g
+// (word h: the fp16 hi and lo pairs of its physical k 4h .. 4h+3), loaded ahead of the weight
+// wait as official mode's are. (Loaded after it, per k block, wo_a's GEMV at M = 1 stalled on
+// them: ncu long-scoreboard 11.5 warp cycles per instruction, against 5-9 for the official ones.)
+template <int NT>
+struct xref_operands {
+    uint4 x[NT][2];
+};
+
+template <int NT>
+__device__ __forceinline__ xref_operands<NT> load_x(const x_lane<NT, uint4> &L, int k32) {
+    xref_operands<NT> o;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) o.x[nt][h] = L.ok[nt] ? __ldg(L.x[nt] + k32 * 8 + h) : make_uint4(0, 0, 0, 0);
+    return o;
+}
+
+// Official mode. Weights and x become fp16 (E4M3 converts exactly; MXFP4 codes are placed in fp16
+// bits as value * 2^-14) for two m16n8k16: k 8q .. 8q+3 of each row in the first, 8q+4 ..
 // 8q+7 in the second. Hopper has no FP8 mma.sync: ptxas lowers m16n8k32.e4m3 to the same two
 // HMMA and conversions plus an fp32 add of the accumulator input, which a pair that starts from
 // zero does not need. (x kept as fp16 in memory would save its 4 conversions a tile, but doubles
 // its loads and registers: six experts' w1 + w3 at M = 16 then ran 68 -> 79 us, H200 2026-12-01.)
 template <bool FP4, int NT>
-__device__ __forceinline__ void kblock_x8(uint2 la, uint2 lb, float sa, float sb, const x8_operands<NT> &o,
-                                          float (&acc)[NT][4]) {
+__device__ __forceinline__ void kblock(uint2 la, uint2 lb, float sa, float sb, const x8_operands<NT> &o,
+                                       float (&acc)[NT][4]) {
     float d[NT][4] = {};
     uint32_t a[4];  // a[0], a[2]: row ra; a[1], a[3]: row rb
     if constexpr (FP4) {
@@ -266,10 +276,10 @@ __device__ __forceinline__ void kblock_x8(uint2 la, uint2 lb, float sa, float sb
     }
 }
 
-// Reference mode's k block k32 (official mode: kblock_x8 after load_x8).
+// Reference mode's k block.
 template <bool FP4, int NT>
-__device__ __forceinline__ void kblock_ref(uint2 la, uint2 lb, float sa, float sb, const x_lane<NT, uint4> &L, int k32,
-                                           float (&acc)[NT][4]) {
+__device__ __forceinline__ void kblock(uint2 la, uint2 lb, float sa, float sb, const xref_operands<NT> &o,
+                                       float (&acc)[NT][4]) {
     float d[NT][4] = {};
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -286,7 +296,7 @@ __device__ __forceinline__ void kblock_ref(uint2 la, uint2 lb, float sa, float s
         }
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-            const uint4 xv = L.ok[nt] ? __ldg(L.x[nt] + k32 * 8 + h) : make_uint4(0, 0, 0, 0);
+            const uint4 xv = o.x[nt][h];
             mma_f16(d[nt], a, xv.x, xv.y);
             mma_f16(d[nt], a, xv.z, xv.w);
         }
@@ -423,9 +433,9 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
             sa[3] = dev::e8m0_byte_value<3>(wa), sb[3] = dev::e8m0_byte_value<3>(wb);
         };
         if (kb + KPS <= kb1) {
-            // A full stage, in groups of 4 k blocks: the scales (and in official mode x) do not come
-            // through the ring, so the first group's are requested before waiting on it and their
-            // latency hides behind the weights'. Groups bound the registers held.
+            // A full stage, in groups of 4 k blocks: the scales and x do not come through the ring,
+            // so the first group's are requested before waiting on it and their latency hides
+            // behind the weights'. Groups bound the registers held.
 #pragma unroll
             for (int g0 = 0; g0 < KPS; g0 += 4) {
                 float sa[4], sb[4];
@@ -433,33 +443,23 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
                 if (early)
 #pragma unroll
                     for (int u = 0; u < 4; u++) scale_of(kb + g0 + u, sa[u], sb[u]);
-                if constexpr (X8) {
-                    x8_operands<NT> o[4];
+                // x ahead too, but reference mode's at two token tiles would hold 64 registers
+                // (ptxas: 80 -> 134 a thread for FP8), so those stay per k block.
+                constexpr bool X_AHEAD = X8 || NT == 1;
+                std::conditional_t<X8, x8_operands<NT>, xref_operands<NT>> o[4];
+                if constexpr (X_AHEAD)
 #pragma unroll
-                    for (int u = 0; u < 4; u++) o[u] = load_x8<NT>(xl, kb + g0 + u);
-                    if (g0 == 0) {
-                        cp_async_wait<STAGES - 2>();
-                        __syncwarp();
-                    }
-                    if (!early) ring_scales4(g0, sa, sb);
+                    for (int u = 0; u < 4; u++) o[u] = load_x<NT>(xl, kb + g0 + u);
+                if (g0 == 0) {
+                    cp_async_wait<STAGES - 2>();
+                    __syncwarp();
+                }
+                if (!early) ring_scales4(g0, sa, sb);
 #pragma unroll
-                    for (int u = 0; u < 4; u++) {
-                        uint2 la, lb;
-                        weights(g0 + u, la, lb);
-                        kblock_x8<FP4, NT>(la, lb, sa[u], sb[u], o[u], acc);
-                    }
-                } else {
-                    if (g0 == 0) {
-                        cp_async_wait<STAGES - 2>();
-                        __syncwarp();
-                    }
-                    if (!early) ring_scales4(g0, sa, sb);
-#pragma unroll
-                    for (int u = 0; u < 4; u++) {
-                        uint2 la, lb;
-                        weights(g0 + u, la, lb);
-                        kblock_ref<FP4, NT>(la, lb, sa[u], sb[u], xl, kb + g0 + u, acc);
-                    }
+                for (int u = 0; u < 4; u++) {
+                    uint2 la, lb;
+                    weights(g0 + u, la, lb);
+                    kblock<FP4, NT>(la, lb, sa[u], sb[u], X_AHEAD ? o[u] : load_x<NT>(xl, kb + g0 + u), acc);
                 }
             }
         } else {
@@ -471,10 +471,7 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
                 float sa, sb;
                 weights(u, la, lb);
                 scale_of(kb + u, sa, sb);
-                if constexpr (X8)
-                    kblock_x8<FP4, NT>(la, lb, sa, sb, load_x8<NT>(xl, kb + u), acc);
-                else
-                    kblock_ref<FP4, NT>(la, lb, sa, sb, xl, kb + u, acc);
+                kblock<FP4, NT>(la, lb, sa, sb, load_x<NT>(xl, kb + u), acc);
             }
         }
         __syncwarp();  // every lane is done with this slot before it is refilled
@@ -504,12 +501,19 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int i = 0; i < 4; i++) mine[(nt * 4 + i) * 32 + lane] = acc[nt][i];
-    __threadfence();
+    // One release-acquire counter step for the warp, not a fence per lane (ncu: membar 1.5 warp
+    // cycles per instruction of the small split GEMVs): the warp barrier orders every lane's
+    // partial before lane 0's release, and lane 0's acquire before every lane's reads of the other
+    // slices' partials (CUTLASS's semaphore pattern, at warp scope).
+    __syncwarp();
     unsigned prev = 0;
-    if (lane == 0) prev = atomicAdd(J.counters + tile, 1u);
+    if (lane == 0) {
+        ::cuda::atomic_ref<unsigned, ::cuda::thread_scope_device> counter(J.counters[tile]);
+        prev = counter.fetch_add(1u, ::cuda::memory_order_acq_rel);
+    }
     prev = __shfl_sync(0xffffffffu, prev, 0);
     if (prev != unsigned(ksplit - 1)) return;
-    __threadfence();
+    __syncwarp();
     float sum[NT][4] = {};
     const float *first = J.partials + size_t(tile) * ksplit * SLOT;
 #pragma unroll 8
