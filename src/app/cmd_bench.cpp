@@ -9,6 +9,7 @@
 // weights once at copy speed.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -35,7 +36,7 @@ namespace {
 struct bench_args {
     std::string model, model_type, load_format = "dummy", numerics = "official", out = ".", commit = "unknown";
     std::string quant = "official";  // with --model-type: the routed experts' publication
-    int layers = -1, context = 128, decode_steps = 16, warmup_steps = 3;
+    int layers = -1, context = 128, decode_steps = 16, warmup_steps = 8;
     uint64_t seed = 1;
     std::string concurrency = "1,4,16", prefill = "512,2048";
 };
@@ -152,6 +153,12 @@ int run_bench(const bench_args &a, const std::string &command_line) {
         for (auto &s : in) s.tokens = tokens(1);
         // Untimed steps first: a row count's step graphs are captured on its second step, and one
         // capture inside the timed steps moved a 32-step C1 mean by up to 0.2 ms between runs.
+        // Unprofiled, as the timed steps: a profiled step runs eagerly, so warm-up steps left
+        // profiled (the engine starts so, and the previous concurrency ends so) captured nothing,
+        // and every concurrency's second timed step was the capture (6.7-11.5 ms against a C1
+        // median of 4.8, H200 2026-12-02). Eight of them: two ratio-4 compression cycles, so every
+        // kind of step has run before the timing starts.
+        eng.set_profile(false);
         Status st;
         for (int k = 0; k < a.warmup_steps; k++) {
             for (auto &s : in) s.tokens = tokens(1);
@@ -178,7 +185,9 @@ int run_bench(const bench_args &a, const std::string &command_line) {
         const double ms = secs(clock::now() - d0) * 1e3 / a.decode_steps;
         std::vector<double> sorted = step_ms;
         std::sort(sorted.begin(), sorted.end());
-        const double median_ms = sorted[sorted.size() / 2], min_ms = sorted.front();
+        const double median_ms = sorted[sorted.size() / 2], min_ms = sorted.front(), max_ms = sorted.back();
+        const double p90_ms = sorted[std::min(sorted.size() - 1, sorted.size() * 9 / 10)];
+        const std::vector<double> graph_step_ms = step_ms;  // in step order: a slow step's period says what it is
         double issue_ms = 0;
         for (auto &t : eng.op_times())
             if (t.name == "host.issue") issue_ms = t.ms / a.decode_steps;
@@ -187,6 +196,7 @@ int run_bench(const bench_args &a, const std::string &command_line) {
         auto e0 = clock::now();
         if (!(st = decode(false)).is_ok()) return fmt::print(stderr, "bench: decode: {}\n", st.to_string()), 1;
         const double eager_ms = secs(clock::now() - e0) * 1e3 / a.decode_steps;
+        const std::vector<double> eager_step_ms = step_ms;
         eng.set_cuda_graphs(true);
         // Every concurrency's steps once more with the sections on (eager, one stream: the
         // sections are events on it, so side branches run in line there).
@@ -206,11 +216,16 @@ int run_bench(const bench_args &a, const std::string &command_line) {
         j["decode"].push_back({{"concurrency", C}, {"ms_per_step", ms}, {"median_ms_per_step", median_ms},
                                {"min_ms_per_step", min_ms}, {"tok_s", C * 1e3 / ms},
                                {"ms_per_layer", ms / c.n_layers}, {"host_issue_ms_per_step", issue_ms},
-                               {"eager_ms_per_step", eager_ms}, {"sections", sec}});
+                               {"eager_ms_per_step", eager_ms}, {"p90_ms_per_step", p90_ms},
+                               {"max_ms_per_step", max_ms}, {"step_ms", graph_step_ms}, {"eager_step_ms", eager_step_ms},
+                               {"sections", sec}});
         fmt::print(stderr,
                    "bench: decode C{}: {:.2f} ms per step ({:.3f} ms per layer), {:.1f} tok/s; steps median {:.2f}, "
-                   "min {:.2f} ms; host issue {:.2f} ms per step; without CUDA graphs {:.2f} ms per step\n",
-                   C, ms, ms / c.n_layers, C * 1e3 / ms, median_ms, min_ms, issue_ms, eager_ms);
+                   "min {:.2f}, p90 {:.2f}, max {:.2f} ms; host issue {:.2f} ms per step; without CUDA graphs {:.2f} ms "
+                   "per step\n",
+                   C, ms, ms / c.n_layers, C * 1e3 / ms, median_ms, min_ms, p90_ms, max_ms, issue_ms, eager_ms);
+        fmt::print(stderr, "bench: decode C{} steps, ms: graphs {:.2f}; eager {:.2f}\n", C, fmt::join(graph_step_ms, " "),
+                   fmt::join(eager_step_ms, " "));
         for (auto &s : in) eng.free_sequence(s.seq);
     }
     auto plan = model::plan_dummy_weights(cfg, c.n_layers);
