@@ -18,6 +18,7 @@
 #include "backend/cuda/norm.cuh"
 #include "backend/cuda/stream_drain.h"
 #include "backend/cuda/swiglu.cuh"
+#include "engine/cuda/temp_arena.h"
 
 namespace ds41rt::engine::gpu {
 
@@ -75,13 +76,15 @@ Status start_device(int device, cudaStream_t *stream) {
 using backend::cpu::lin;
 
 dtemp::dtemp(size_t bytes, cudaStream_t s) : bytes_(bytes), s_(s) {
+    if ((p_ = arena_alloc(bytes))) return;
     // A failed allocation leaves p_ null; the kernel launches that use it then fail loudly.
-    if (cudaMallocAsync(&p_, std::max<size_t>(bytes, 16), s) != cudaSuccess) p_ = nullptr;
+    if (cudaMallocAsync(&p_, std::max<size_t>(bytes, 16), s) == cudaSuccess) pooled_ = true;
+    else p_ = nullptr;
 }
 
 dtemp::~dtemp() {
     // A destructor cannot report; clear the error so the next launch check does not inherit it.
-    if (p_ && cudaFreeAsync(p_, s_) != cudaSuccess) (void)cudaGetLastError();
+    if (p_ && pooled_ && cudaFreeAsync(p_, s_) != cudaSuccess) (void)cudaGetLastError();
 }
 
 dlinear dlinear::rows(int r0, int n) const {

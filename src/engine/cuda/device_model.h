@@ -54,10 +54,12 @@ private:
         std::swap(p_, o.p_);
         std::swap(bytes_, o.bytes_);
         std::swap(s_, o.s_);
+        std::swap(pooled_, o.pooled_);
     }
     void *p_ = nullptr;
     size_t bytes_ = 0;
     cudaStream_t s_ = nullptr;
+    bool pooled_ = false;  // from the pool (freed here), not from a temp_arena (temp_arena.h)
 };
 
 // Rows of a fixed width on the device that grow at the end (compressed entries, index keys, open

@@ -2,6 +2,12 @@
 
 namespace ds41rt::engine::gpu {
 
+namespace {
+// A decode piece's temporaries (S <= 16 rows) take a few MB; a capture that needs more takes the
+// rest from the pool (graph memory nodes), which is correct, only slower.
+constexpr size_t STEP_ARENA_BYTES = size_t(64) << 20;
+}  // namespace
+
 step_bufs make_step_bufs(const device_model &m, int64_t S) {
     const model::model_config &c = m.config();
     const int64_t D = c.dim, hc = c.hc_mult, H = c.n_heads, hd = c.head_dim;
@@ -28,9 +34,10 @@ step_bufs make_step_bufs(const device_model &m, int64_t S) {
 
 step_bucket *step_buckets::get(const device_model &m, int64_t S, int64_t max_rows, uint64_t links_gen) {
     if (!on_ || S > max_rows) return nullptr;
+    if (!arena_) arena_ = make_device_arena(STEP_ARENA_BYTES);
     auto &slot = by_rows_[S];
     if (!slot) {
-        slot = std::make_unique<step_bucket>(m.stream());
+        slot = std::make_unique<step_bucket>(m.stream(), arena_);
         slot->b = make_step_bufs(m, S);
     }
     if (slot->ws_gen != m.workspace_generation() || slot->links_gen != links_gen) {

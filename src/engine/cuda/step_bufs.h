@@ -31,7 +31,7 @@ struct step_bucket {
     bool warm = false;    // one eager step ran with these buffers (the workspaces are sized)
     uint64_t ws_gen = 0;     // the GEMV workspace generation the graphs hold
     uint64_t links_gen = 0;  // the remote links' generation they hold (experts/cuda/nccl_remote)
-    explicit step_bucket(cudaStream_t s) : graphs(s) {}
+    step_bucket(cudaStream_t s, std::shared_ptr<temp_arena> arena) : graphs(s, std::move(arena)) {}
 };
 
 // The buffers one step runs with and how it runs its fixed-shape pieces: with a bucket, its fixed
@@ -74,6 +74,7 @@ public:
 private:
     bool on_ = true;
     std::map<int64_t, std::unique_ptr<step_bucket>> by_rows_;
+    std::shared_ptr<temp_arena> arena_;  // the captures' temporaries (temp_arena.h), made with the first bucket
 };
 
 }  // namespace ds41rt::engine::gpu

@@ -4,15 +4,28 @@
 
 namespace ds41rt::engine::gpu {
 
+namespace {
+struct arena_scope {
+    temp_arena *prev;
+    explicit arena_scope(temp_arena *a) : prev(set_temp_arena(a)) {}
+    ~arena_scope() { set_temp_arena(prev); }
+};
+}  // namespace
+
 Status step_graphs::run(size_t key, bool capture, const std::function<Status()> &fn) {
     if (key < exec_.size() && exec_[key]) {
         DS41RT_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec_[key], s_));
         return Status::ok();
     }
     if (!capture) return fn();
+    if (arena_) arena_->used = 0;  // the last capture's graph keeps its bytes; replays run in stream order
     // Thread-local mode: other threads' CUDA calls (a worker's, the server's) are not this capture's.
     DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(s_, cudaStreamCaptureModeThreadLocal));
-    const Status st = fn();
+    Status st;
+    {
+        arena_scope scope(arena_.get());
+        st = fn();
+    }
     cudaGraph_t g = nullptr;
     const cudaError_t e = cudaStreamEndCapture(s_, &g);
     if (!st.is_ok() || e != cudaSuccess) {

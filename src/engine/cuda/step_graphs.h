@@ -6,7 +6,8 @@
 // A piece may be captured only when everything it launches is fixed by the row count: every
 // buffer it reads or writes outside its own stream-ordered temporaries is one of the caller's
 // fixed buffers (device addresses baked into the graph), and nothing in it synchronises with
-// the host. Its temporaries become the graph's own allocations.
+// the host. Its temporaries come from the pieces' arena (temp_arena.h): the graphs hold no
+// memory nodes.
 //
 // Threads: one host thread, the stream's owner.
 #pragma once
@@ -14,15 +15,19 @@
 #include <cuda_runtime.h>
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "core/status.h"
+#include "engine/cuda/temp_arena.h"
 
 namespace ds41rt::engine::gpu {
 
 class step_graphs {
 public:
-    explicit step_graphs(cudaStream_t s) : s_(s) {}
+    // arena: where captures take their temporaries; one for all row counts' graphs of a stream
+    // (they run one after another). Null: graph memory nodes, as cudaMallocAsync captures them.
+    step_graphs(cudaStream_t s, std::shared_ptr<temp_arena> arena) : s_(s), arena_(std::move(arena)) {}
     ~step_graphs() { clear(); }
     step_graphs(const step_graphs &) = delete;
     step_graphs &operator=(const step_graphs &) = delete;
@@ -38,6 +43,7 @@ public:
 private:
     cudaStream_t s_;
     std::vector<cudaGraphExec_t> exec_;
+    std::shared_ptr<temp_arena> arena_;
 };
 
 }  // namespace ds41rt::engine::gpu
