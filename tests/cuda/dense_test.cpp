@@ -11,7 +11,8 @@
 // |y| at K = 5120. A host emulation of this order on 320,000 head outputs (these generators)
 // reached at most 0.11 of the bound (max |d| / sum |x w| 5.3e-8).
 // Batch invariance: every row of an M-row call must equal, bit for bit, the same row computed
-// alone (M = 1). Outputs are poisoned with NaN before each call. The head's speed is printed
+// alone (M = 1). Outputs are poisoned with NaN before each call. dense_linear_pair's two outputs
+// are held to the same order emulation. The head's speed is printed
 // next to the copy bandwidth measured here (cudaMemcpy D2D of 1 GiB, read + write counted).
 #include <gtest/gtest.h>
 
@@ -335,6 +336,37 @@ TEST_F(CudaDense, NarrowShapesGiveTheOrdersBits) {
                         double(w.bytes()) / (us * 1e-6) * 1e-9);
         }
     }
+}
+
+// dense_linear_pair (the compressor's kv and gate, [512, 5120] F32 each, in one launch at decode;
+// bf16 pairs of unequal width; a pair too wide for the narrow kernel, two dense_linear calls):
+// each output the documented order's bits, as dense_linear alone gives them; both poisoned first.
+TEST_F(CudaDense, PairGivesEachProductsBits) {
+    struct pair_shape {
+        bool bf16;
+        int64_t N1, N2, K;
+    };
+    for (pair_shape s : {pair_shape{false, 512, 512, 5120}, pair_shape{true, 384, 64, 5120}, pair_shape{true, 3, 5, 64},
+                         pair_shape{true, 20000, 512, 512}}) {
+        const weights w1(s.bf16, s.N1, s.K, uint64_t(700 + s.N1)), w2(s.bf16, s.N2, s.K, uint64_t(800 + s.N2));
+        const std::vector<float> x = random_x(17, s.K, uint64_t(900 + s.K));
+        const device_weights dw1(w1), dw2(w2);
+        dev_vec<float> dx(x);
+        for (int64_t M : {1, 3, 16, 17}) {
+            dev_vec<float> y1(size_t(M * s.N1)), y2(size_t(M * s.N2));
+            y1.poison();
+            y2.poison();
+            const Status st = cuda::dense_linear_pair(dx.p, dw1.p, y1.p, s.N1, dw2.p, y2.p, s.N2, s.bf16, M, s.K, nullptr);
+            ASSERT_TRUE(st.is_ok()) << st.to_string();
+            const std::vector<float> want1 = order_emulation(x, M, w1), want2 = order_emulation(x, M, w2);
+            const std::string name = std::string(s.bf16 ? "bf16" : "f32") + " [" + std::to_string(s.N1) + " + " +
+                                     std::to_string(s.N2) + ", " + std::to_string(s.K) + "] M " + std::to_string(M);
+            EXPECT_EQ(count_bit_diffs(y1.download(), 0, want1, 0, want1.size()), 0u) << name << " first";
+            EXPECT_EQ(count_bit_diffs(y2.download(), 0, want2, 0, want2.size()), 0u) << name << " second";
+        }
+    }
+    dev_vec<float> d(64);
+    EXPECT_FALSE(cuda::dense_linear_pair(d.p, d.p, d.p, 8, nullptr, d.p, 8, false, 1, 8, nullptr).is_ok());
 }
 
 TEST_F(CudaDense, RejectsBadShapes) {

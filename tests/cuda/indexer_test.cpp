@@ -3,7 +3,8 @@
 // there, with backend/cpu's own dot and core's round_bf16), both numerics branches.
 // Shapes: V4.1 (32 heads of 128, ratio 1 as at layer 20) at decode (1 and 16 query rows) and
 // T = 8192 / 65536 keys, ratio 2 with a partly visible tail, 64 heads (the largest shared-memory
-// tile), and the fixture (4 heads of 32, 5 keys). q and the keys are FP4-fake-quantized as the
+// tile), and the fixture (4 heads of 32, 5 keys); short lists (T <= 2048, a thread per (key, head))
+// and long ones (a thread per key) both. q and the keys are FP4-fake-quantized as the
 // engine does (cpu::fake_quant_fp4_ue8m0, block 32) or left as random fp32 (a harder case for
 // the sum order). Metric: bit-exact, -inf entries included; the GPU sums each dot in fp64 in the
 // host's channel order and the heads in the host's order, without contraction. scores are
@@ -110,6 +111,14 @@ TEST_F(CudaIndexer, V41Decode) {
     check(1, 65536, 32, 128, 1, 65535, true, 1, true);
     check(16, 8192, 32, 128, 1, 8176, true, 2, true);
     check(2, 65536, 32, 128, 1, 65534, false, 3);
+}
+
+// Short key lists (the kernel's thread-per-(key, head) layout, T <= 2048; the larger T above take
+// the thread-per-key one): a C1 / C16 decode step's rows early in a sequence.
+TEST_F(CudaIndexer, V41DecodeShortLists) {
+    check(1, 64, 32, 128, 2, 127, true, 11, true);
+    check(16, 8, 32, 128, 2, 1, true, 12, true);  // rows 0..15 see 0 .. 8 keys
+    check(1, 2048, 32, 128, 2, 4095, false, 13, true);
 }
 
 TEST_F(CudaIndexer, RatioTwoPartlyVisibleAndWideHeads) {

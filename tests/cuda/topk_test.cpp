@@ -90,6 +90,13 @@ TEST_F(CudaTopk, RouterAndFixtureSizes) {
     check(3, 1000, 1024, fill::TIES, 10);  // largest k
 }
 
+// Indexer lists no longer than index_topk (every value picked, no radix passes: only the sort).
+TEST_F(CudaTopk, ShortListsTakeEveryValue) {
+    check(1, 64, 512, fill::MASKED, 11, true);
+    check(16, 300, 512, fill::TIES, 12);
+    check(2, 512, 512, fill::NORMAL, 13);  // n == k
+}
+
 TEST_F(CudaTopk, RejectsBadShapes) {
     EXPECT_FALSE(cuda::topk_lower_index(nullptr, 1, 10, 10, 0, nullptr, nullptr, nullptr).is_ok());
     EXPECT_FALSE(cuda::topk_lower_index(nullptr, 1, 10, 10, cuda::TOPK_MAX_K + 1, nullptr, nullptr, nullptr).is_ok());

@@ -206,11 +206,17 @@ __device__ __forceinline__ void copy_to_shared(uint8_t *dst, const uint8_t *src,
     }
 }
 
+// Blocks from nb1 on compute a second product of the same x (w2 -> y2, N2 columns; dense_linear_pair).
 template <bool BF16, bool XS>
-__global__ void __launch_bounds__(NARROW_THREADS) dense_narrow_kernel(const float *__restrict__ x, const void *__restrict__ w,
-                                                                       float *__restrict__ y, int M, int N, int K, int RB) {
+__global__ void __launch_bounds__(NARROW_THREADS) dense_narrow_kernel(const float *__restrict__ x, const void *__restrict__ w1,
+                                                                       float *__restrict__ y1, int N1, const void *w2, float *y2,
+                                                                       int N2, int nb1, int M, int K, int RB) {
     extern __shared__ __align__(16) uint8_t sw[];
-    const int n0 = blockIdx.x * RB, rows = min(RB, N - n0);
+    const bool second = int(blockIdx.x) >= nb1;  // uniform across the block
+    const void *w = second ? w2 : w1;
+    float *y = second ? y2 : y1;
+    const int N = second ? N2 : N1;
+    const int n0 = (second ? int(blockIdx.x) - nb1 : int(blockIdx.x)) * RB, rows = min(RB, N - n0);
     const size_t row_bytes = size_t(K) * (BF16 ? 2 : 4);
     // The weight rows are no kernel's output: their copies go out before the launch waits for its
     // predecessor (pdl.cuh), so their latency hides behind its tail; x is read from here on.
@@ -306,6 +312,35 @@ void launch_r(int r, int mt, dim3 grid, const float *x, const void *w, float *y,
 
 bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+bool narrow_fits(int64_t M, int64_t N, int64_t K, bool w_bf16) {
+    return M <= NARROW_MAX_M && size_t(K) * (w_bf16 ? 2 : 4) <= NARROW_SMEM && N < int64_t(2) * sm_count() * WARPS * GROUPS;
+}
+
+// dense_narrow_kernel over N1 columns of w1, then (w2 non-null) N2 of w2; block rows sized by
+// N1 + N2 as for one product of that width.
+Status launch_narrow(const float *x, const void *w1, float *y1, int64_t N1, const void *w2, float *y2, int64_t N2,
+                     bool w_bf16, int64_t M, int64_t K, cudaStream_t stream) {
+    const size_t row_bytes = size_t(K) * (w_bf16 ? 2 : 4);
+    const int sms = sm_count();
+    const int64_t fit = int64_t(NARROW_SMEM / row_bytes), N = N1 + N2;
+    const int rb = int(std::max<int64_t>(1, std::min<int64_t>(fit, (N + sms - 1) / sms)));
+    const int nb1 = int((N1 + rb - 1) / rb);
+    const unsigned blocks = unsigned(nb1 + (N2 + rb - 1) / rb);
+    const size_t smem = size_t(rb) * row_bytes, with_x = smem + size_t(M) * K * 4;
+    static const bool opted = [] {  // once per process: the XS instances may use NARROW_SMEM_X
+        for (auto *k : {dense_narrow_kernel<true, true>, dense_narrow_kernel<false, true>})
+            cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(NARROW_SMEM_X));
+        return true;
+    }();
+    const bool xs = opted && with_x <= NARROW_SMEM_X;
+    auto *kernel = w_bf16 ? (xs ? dense_narrow_kernel<true, true> : dense_narrow_kernel<true, false>)
+                          : (xs ? dense_narrow_kernel<false, true> : dense_narrow_kernel<false, false>);
+    (void)launch_pdl(kernel, blocks, NARROW_THREADS, xs ? with_x : smem, stream, x, w1, y1, int(N1), w2, y2, int(N2),
+                     nb1, int(M), int(K), rb);
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return Status::ok();
+}
+
 }  // namespace
 
 Status dense_linear(const float *x, const void *w, bool w_bf16, float *y, int64_t M, int64_t N, int64_t K,
@@ -316,35 +351,7 @@ Status dense_linear(const float *x, const void *w, bool w_bf16, float *y, int64_
     const bool vec = K % CHUNK == 0 && aligned16(x) && aligned16(w);
     // Narrow products (fewer than two of dense_kernel's blocks per SM) whose weight row fits in
     // shared memory: dense_narrow_kernel, the same bits.
-    const size_t row_bytes = size_t(K) * (w_bf16 ? 2 : 4);
-    const int sms = sm_count();
-    if (vec && M <= NARROW_MAX_M && row_bytes <= NARROW_SMEM && N < int64_t(2) * sms * WARPS * GROUPS) {
-        const int64_t fit = int64_t(NARROW_SMEM / row_bytes);
-        const int rb = int(std::max<int64_t>(1, std::min<int64_t>(fit, (N + sms - 1) / sms)));
-        const unsigned blocks = unsigned((N + rb - 1) / rb);
-        const size_t smem = size_t(rb) * row_bytes, with_x = smem + size_t(M) * K * 4;
-        static const bool opted = [] {  // once per process: the XS instances may use NARROW_SMEM_X
-            for (auto *k : {dense_narrow_kernel<true, true>, dense_narrow_kernel<false, true>})
-                cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(NARROW_SMEM_X));
-            return true;
-        }();
-        if (opted && with_x <= NARROW_SMEM_X) {
-            if (w_bf16)
-                (void)launch_pdl(dense_narrow_kernel<true, true>, blocks, NARROW_THREADS, with_x, stream, x, w, y,
-                                 int(M), int(N), int(K), rb);
-            else
-                (void)launch_pdl(dense_narrow_kernel<false, true>, blocks, NARROW_THREADS, with_x, stream, x, w, y,
-                                 int(M), int(N), int(K), rb);
-        } else if (w_bf16) {
-            (void)launch_pdl(dense_narrow_kernel<true, false>, blocks, NARROW_THREADS, smem, stream, x, w, y, int(M),
-                             int(N), int(K), rb);
-        } else {
-            (void)launch_pdl(dense_narrow_kernel<false, false>, blocks, NARROW_THREADS, smem, stream, x, w, y, int(M),
-                             int(N), int(K), rb);
-        }
-        DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-        return Status::ok();
-    }
+    if (vec && narrow_fits(M, N, K, w_bf16)) return launch_narrow(x, w, y, N, nullptr, nullptr, 0, w_bf16, M, K, stream);
     // Four columns per lane amortize x loads; one keeps enough warps in flight for narrow N.
     const int R = (M > MAX_MT || N >= 32768) ? 4 : 1;
     int mt = 1;
@@ -368,6 +375,17 @@ Status dense_linear(const float *x, const void *w, bool w_bf16, float *y, int64_
     }
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
+}
+
+Status dense_linear_pair(const float *x, const void *w1, float *y1, int64_t N1, const void *w2, float *y2, int64_t N2,
+                         bool w_bf16, int64_t M, int64_t K, cudaStream_t stream) {
+    if (M < 1 || N1 < 1 || N2 < 1 || K < 1 || !x || !w1 || !w2 || !y1 || !y2)
+        return Status::invalid_argument("dense_linear_pair: bad shape or null (M " + std::to_string(M) + ", N " +
+                                        std::to_string(N1) + " + " + std::to_string(N2) + ", K " + std::to_string(K) + ")");
+    if (K % CHUNK == 0 && aligned16(x) && aligned16(w1) && aligned16(w2) && narrow_fits(M, N1 + N2, K, w_bf16))
+        return launch_narrow(x, w1, y1, N1, w2, y2, N2, w_bf16, M, K, stream);
+    DS41RT_RETURN_IF_ERROR(dense_linear(x, w1, w_bf16, y1, M, N1, K, stream));
+    return dense_linear(x, w2, w_bf16, y2, M, N2, K, stream);
 }
 
 }  // namespace ds41rt::backend::cuda

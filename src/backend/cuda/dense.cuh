@@ -26,4 +26,11 @@ namespace ds41rt::backend::cuda {
 Status dense_linear(const float *x, const void *w, bool w_bf16, float *y, int64_t M, int64_t N, int64_t K,
                     cudaStream_t stream);
 
+// Two products of one x (w1 [N1, K] -> y1, w2 [N2, K] -> y2, both bf16 or both fp32): each y the
+// bits dense_linear gives it alone. Narrow ones (the compressor's kv and gate at decode) share
+// one launch, whose blocks are the two products' (one launch's latency instead of two in a row);
+// others are two dense_linear calls.
+Status dense_linear_pair(const float *x, const void *w1, float *y1, int64_t N1, const void *w2, float *y2, int64_t N2,
+                         bool w_bf16, int64_t M, int64_t K, cudaStream_t stream);
+
 }  // namespace ds41rt::backend::cuda

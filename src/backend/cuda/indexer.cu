@@ -17,6 +17,12 @@
 // (transposed, pitch 129: conflict-free) sit in shared memory; a thread owns one key and
 // keeps HT heads' fp64 sums in flight (independent FMA chains), each q pair a 16-byte
 // broadcast read. Heads are added to the fp32 score in ascending order, as the host does.
+// Short lists (n_out <= SHORT_T, decode at a modest context) take another layout, since one
+// thread a key left a row of 8 keys to one block doing 8 threads' serial work: index_rows_kernel
+// 23 us at C1 (ncu, H200, 2026-12-02: ~80 us of the ~110 us a compressed V4.1 layer adds to a C1
+// step). There a thread owns one (key, head) dot, BT / ih keys a block; each dot is the same fp64
+// FMA chain in channel order, and the key's terms are added in ascending head order by one
+// thread afterwards, so the bits are the long layout's.
 // Graph-replayable: yes. Test: tests/cuda/indexer_test.cpp, bit-exact against the host loop.
 #include "backend/cuda/indexer.cuh"
 
@@ -96,6 +102,71 @@ __device__ __forceinline__ void score_block(const float *qs, const float *wrow, 
     out[t] = p.official ? dev::round_bf16(acc) : acc;
 }
 
+// The short layout: thread (kk, h) = (tid / ih, tid % ih) computes key t0 + kk's dot with head h
+// (BT % ih == 0, KT = BT / ih keys a block); q [ih, ihd] and the keys as fp32 at pitch ihd + 1
+// (a warp's heads read distinct banks, its keys' broadcast words likewise).
+constexpr int64_t SHORT_T = 2048;  // not tuned: the long layout wins once its blocks fill the GPU
+
+bool short_layout(const index_score_params &p, int64_t n_out) { return BT % p.ih == 0 && n_out <= SHORT_T; }
+
+size_t smem_short(const index_score_params &p) {
+    const size_t kt = BT / p.ih;
+    return (size_t(p.ih) + kt) * (p.ihd + 1) * 4 + kt * p.ih * 4 + size_t(p.ih) * 4;
+}
+
+__device__ __forceinline__ void score_keys_short(const float *qs, const float *wrow, const float *keys, int64_t T,
+                                                 int64_t visible, int64_t n_out, const index_score_params &p,
+                                                 float *out) {
+    extern __shared__ __align__(16) double smem[];
+    const int ih = p.ih, ihd = p.ihd, tid = threadIdx.x, KT = BT / ih, QP = ihd + 1;
+    float *qsm = reinterpret_cast<float *>(smem);  // [ih, QP]
+    float *ks = qsm + size_t(ih) * QP;             // [KT, QP]
+    float *terms = ks + size_t(KT) * QP;           // [KT, ih]
+    float *ws = terms + size_t(KT) * ih;           // [ih]
+    const int64_t t0 = int64_t(blockIdx.x) * KT, lim = visible < T ? visible : T;
+    const float NEG_INF = -__int_as_float(0x7f800000);
+    if (t0 >= lim) {  // the whole tile is masked (uniform over the block)
+        if (tid < KT && t0 + tid < n_out) out[t0 + tid] = NEG_INF;
+        return;
+    }
+    for (int i = tid; i < ih * ihd; i += BT) qsm[(i / ihd) * QP + i % ihd] = qs[i];
+    for (int h = tid; h < ih; h += BT) {
+        const float wv = wrow[h];
+        ws[h] = p.official ? dev::round_bf16(__fmul_rn(wv, __fmul_rn(p.qk_scale, p.head_scale)))
+                           : __fmul_rn(wv, p.head_scale);
+    }
+    for (int e = tid; e < KT * ihd; e += BT) {
+        const int r = e / ihd, c = e % ihd;
+        ks[r * QP + c] = t0 + r < T ? keys[(t0 + r) * ihd + c] : 0.0f;
+    }
+    __syncthreads();
+    const int kk = tid / ih, h = tid % ih;
+    if (t0 + kk < lim) {
+        const float *qh = qsm + size_t(h) * QP, *kt = ks + size_t(kk) * QP;
+        double d = 0.0;
+        for (int i = 0; i < ihd; i++) d = fma(double(qh[i]), double(kt[i]), d);
+        const float dot = float(d), wh = ws[h];
+        terms[kk * ih + h] = p.official ? dev::round_bf16(__fmul_rn(relu_host(dev::round_bf16(dot)), wh))
+                                        : __fmul_rn(__fmul_rn(relu_host(dot), p.qk_scale), wh);
+    }
+    __syncthreads();
+    const int64_t t = t0 + tid;
+    if (tid >= KT || t >= n_out) return;
+    if (t >= lim) {
+        out[t] = NEG_INF;
+        return;
+    }
+    float acc = 0.0f;
+    for (int hh = 0; hh < ih; hh++) acc = __fadd_rn(acc, terms[tid * ih + hh]);
+    out[t] = p.official ? dev::round_bf16(acc) : acc;
+}
+
+__global__ void __launch_bounds__(BT) index_scores_short_kernel(const float *q, const float *keys, const float *w,
+                                                                index_score_params p, float *scores) {
+    const int64_t s = blockIdx.y;
+    score_keys_short(q + s * p.ih * p.ihd, w + s * p.ih, keys, p.T, (p.p0 + s + 1) / p.ratio, p.T, p, scores + s * p.T);
+}
+
 template <int HT>
 __global__ void __launch_bounds__(BT) index_scores_kernel(const float *q, const float *keys, const float *w,
                                                           index_score_params p, float *scores) {
@@ -114,6 +185,12 @@ __global__ void __launch_bounds__(BT) index_rows_kernel(const __grid_constant__ 
     score_block<HT>(r.q, r.w, r.keys, r.T, r.visible, ld, p, scores + int64_t(blockIdx.y) * ld);
 }
 
+__global__ void __launch_bounds__(BT) index_rows_short_kernel(const __grid_constant__ row_table tab, index_score_params p,
+                                                              int64_t ld, float *scores) {
+    const index_row &r = tab.r[blockIdx.y];
+    score_keys_short(r.q, r.w, r.keys, r.T, r.visible, ld, p, scores + int64_t(blockIdx.y) * ld);
+}
+
 // The shared-memory opt-in of a kernel instance, raised to the device's limit on first use.
 template <class K>
 int optin_for(K *kernel) {
@@ -124,8 +201,7 @@ int optin_for(K *kernel) {
     return v;
 }
 
-Status smem_fits(const index_score_params &p, int optin) {
-    const size_t smem = smem_bytes(p);
+Status smem_fits(const index_score_params &p, int optin, size_t smem) {
     if (smem > size_t(optin))
         return Status::not_supported("index_scores: ih " + std::to_string(p.ih) + " x ihd " + std::to_string(p.ihd) +
                                      " needs " + std::to_string(smem) + " bytes of shared memory, the device allows " +
@@ -137,7 +213,7 @@ template <int HT>
 Status launch(const float *q, const float *keys, const float *w, const index_score_params &p, float *scores,
               cudaStream_t stream) {
     static const int optin = optin_for(index_scores_kernel<HT>);
-    DS41RT_RETURN_IF_ERROR(smem_fits(p, optin));
+    DS41RT_RETURN_IF_ERROR(smem_fits(p, optin, smem_bytes(p)));
     const dim3 grid(unsigned((p.T + BT - 1) / BT), unsigned(p.S));
     index_scores_kernel<HT><<<grid, BT, smem_bytes(p), stream>>>(q, keys, w, p, scores);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
@@ -148,7 +224,7 @@ template <int HT>
 Status launch_rows(const row_table &tab, int rows, const index_score_params &p, int64_t ld, float *scores,
                    cudaStream_t stream) {
     static const int optin = optin_for(index_rows_kernel<HT>);
-    DS41RT_RETURN_IF_ERROR(smem_fits(p, optin));
+    DS41RT_RETURN_IF_ERROR(smem_fits(p, optin, smem_bytes(p)));
     const dim3 grid(unsigned((ld + BT - 1) / BT), unsigned(rows));
     index_rows_kernel<HT><<<grid, BT, smem_bytes(p), stream>>>(tab, p, ld, scores);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
@@ -166,6 +242,14 @@ Status index_scores(const float *q, const float *keys, const float *w, const ind
                                         std::to_string(p.ratio));
     if (p.S == 0 || p.T == 0) return Status::ok();
     if (!q || !keys || !w || !scores) return Status::invalid_argument("index_scores: null q, keys, w or scores");
+    if (short_layout(p, p.T)) {
+        static const int optin = optin_for(index_scores_short_kernel);
+        DS41RT_RETURN_IF_ERROR(smem_fits(p, optin, smem_short(p)));
+        const dim3 grid(unsigned((p.T + BT / p.ih - 1) / (BT / p.ih)), unsigned(p.S));
+        index_scores_short_kernel<<<grid, BT, smem_short(p), stream>>>(q, keys, w, p, scores);
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+        return Status::ok();
+    }
     // Heads in flight per thread: as many as divide ih, up to 8.
     if (p.ih % 8 == 0) return launch<8>(q, keys, w, p, scores, stream);
     if (p.ih % 4 == 0) return launch<4>(q, keys, w, p, scores, stream);
@@ -189,6 +273,14 @@ Status index_scores_rows(const index_row *rows, int n, const index_score_params 
                                             " (0..ld " + std::to_string(ld) + "), visible " + std::to_string(r.visible) +
                                             " or a null q, w or keys");
         tab.r[i] = r;
+    }
+    if (short_layout(p, ld)) {
+        static const int optin = optin_for(index_rows_short_kernel);
+        DS41RT_RETURN_IF_ERROR(smem_fits(p, optin, smem_short(p)));
+        const dim3 grid(unsigned((ld + BT / p.ih - 1) / (BT / p.ih)), unsigned(n));
+        index_rows_short_kernel<<<grid, BT, smem_short(p), stream>>>(tab, p, ld, scores);
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+        return Status::ok();
     }
     if (p.ih % 8 == 0) return launch_rows<8>(tab, n, p, ld, scores, stream);
     if (p.ih % 4 == 0) return launch_rows<4>(tab, n, p, ld, scores, stream);

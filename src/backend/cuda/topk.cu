@@ -8,7 +8,9 @@
 // shared memory. Decode (16 rows of 65536, k 512): 4.2 MB from DRAM, ~21 MB from L2, 16 blocks:
 // bound by one SM's L2 read rate per row (~100-200 GB/s), ~10-20 us; a multi-block split of each
 // row would be the next step if it shows in a profile. Prefill (thousands of rows): the blocks
-// fill the GPU and the bound is L2 bandwidth. Router (16 rows of 384, k 6): launch-bound.
+// fill the GPU and the bound is L2 bandwidth. Router (16 rows of 384, k 6): launch-bound. A row
+// with no more values than k (an indexer list early in a sequence) skips the radix passes: all
+// are picked, only the sort remains (7 us at C1 with them, ncu H200 2026-12-02).
 // Invariants: a fixed result for fixed input (no order depends on atomics: the picks are
 // collected in any order and then sorted by (key, index), all distinct). Graph-replayable: yes.
 // Test: tests/cuda/topk_test.cpp, exact equality with engine::top_indices_ordered.
@@ -38,13 +40,18 @@ __global__ void topk_kernel(const float *v, int64_t n, int64_t ld, int k, int32_
         if (threadIdx.x == 0) count[r] = 0;
         return;
     }
-    auto load = [row](int64_t i) { return row[i]; };
-    const dev::select_threshold th = dev::block_select(load, n, uint32_t(kk), sm);
-    if (threadIdx.x == 0) n_pick = 0;
-    __syncthreads();
-    dev::block_emit(load, n, th, sm, [&](int64_t i, uint32_t key, bool sel) {
-        if (sel) pick[atomicAdd(&n_pick, 1u)] = (uint64_t(key) << 32) | uint64_t(~uint32_t(i));
-    });
+    if (kk == n) {  // every value is picked (a short list at decode): no threshold to find
+        for (int i = threadIdx.x; i < kk; i += blockDim.x)
+            pick[i] = (uint64_t(dev::order_key(row[i])) << 32) | uint64_t(~uint32_t(i));
+    } else {
+        auto load = [row](int64_t i) { return row[i]; };
+        const dev::select_threshold th = dev::block_select(load, n, uint32_t(kk), sm);
+        if (threadIdx.x == 0) n_pick = 0;
+        __syncthreads();
+        dev::block_emit(load, n, th, sm, [&](int64_t i, uint32_t key, bool sel) {
+            if (sel) pick[atomicAdd(&n_pick, 1u)] = (uint64_t(key) << 32) | uint64_t(~uint32_t(i));
+        });
+    }
     int p2 = 1;
     while (p2 < kk) p2 <<= 1;
     for (int i = kk + threadIdx.x; i < p2; i += blockDim.x) pick[i] = 0;  // below every real pick

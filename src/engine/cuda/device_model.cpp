@@ -595,6 +595,10 @@ Result<cuda::gemv_split> device_model::hc_collapse_norm(const float *X, const fl
     return sp;
 }
 
+cuda::gemv_split device_model::norm_split_of(uint8_t *xs, float *sx, int64_t S, int64_t dim) const {
+    return cuda::collapse_norm_fits(1, dim) ? split_into(xs, sx, S, dim) : cuda::gemv_split{};
+}
+
 Result<cuda::gemv_split> device_model::rms_norm_split(float *x, const float *w, int64_t S, int64_t dim, uint8_t *xs,
                                                      float *sx) const {
     const int ab = cfg_.fp8_block_in;
@@ -602,7 +606,7 @@ Result<cuda::gemv_split> device_model::rms_norm_split(float *x, const float *w, 
         DS41RT_RETURN_IF_ERROR(cuda::rms_norm_rows(x, w, x, S, dim, cfg_.norm_eps, official_, stream_));
         return cuda::gemv_split{};
     }
-    const cuda::gemv_split sp = split_into(xs, sx, S, dim);
+    const cuda::gemv_split sp = norm_split_of(xs, sx, S, dim);
     DS41RT_RETURN_IF_ERROR(
         cuda::rms_norm_split(x, w, x, S, dim, official_, cfg_.norm_eps, sp.xs ? &sp : nullptr, ab, stream_));
     return sp;
@@ -742,7 +746,8 @@ Status device_model::run_linears(const std::vector<linear_job> &jobs, int64_t M,
     const bool quant_x = official_ && (cls == lin::FP8 || cls == lin::FP4);
     const int act_block = cfg_.fp8_block_in;
     std::vector<const linear_job *> gemv_jobs, dense_jobs;
-    for (const linear_job &j : jobs) {
+    for (size_t ji = 0; ji < jobs.size(); ji++) {
+        const linear_job &j = jobs[ji];
         const dlinear &L = *j.L;
         if ((j.ldx || j.ldy) && (M > GEMV_MAX_ROWS || L.k == dlinear::kind::DENSE))
             return Status::internal("run_linears: row strides are for GEMV-sized FP8 / MXFP4 products only");
@@ -794,6 +799,22 @@ Status device_model::run_linears(const std::vector<linear_job> &jobs, int64_t M,
                 cudaMemcpyAsync(xq.f(), j.x, size_t(M) * L.K * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
             DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp8_ue8m0(xq.f(), M, L.K, act_block, stream_));
             xin = xq.f();
+        }
+        // The next job a second product of the same x and weight type that would come here too
+        // (the compressor's kv and gate): one launch for both (dense_linear_pair, the same bits).
+        if (ji + 1 < jobs.size() && !quant_x && M <= GEMV_MAX_ROWS) {
+            const linear_job &k = jobs[ji + 1];
+            const dlinear &L2 = *k.L;
+            const bool to_bf16_gemv = L2.wd_bf16 && M >= bf16_min_m && M <= cuda::BF16_GEMV_MAX_M && L2.N >= BF16_GEMV_MIN_N;
+            if (L2.k == dlinear::kind::DENSE && k.x == j.x && !k.ldx && !k.ldy && L2.K == L.K && L2.wd_bf16 == L.wd_bf16 &&
+                !to_bf16_gemv) {
+                DS41RT_RETURN_IF_ERROR(
+                    cuda::dense_linear_pair(j.x, L.wd, j.y, L.N, L2.wd, k.y, L2.N, L.wd_bf16, M, L.K, stream_));
+                dense_jobs.push_back(&j);
+                dense_jobs.push_back(&k);
+                ji++;
+                continue;
+            }
         }
         DS41RT_RETURN_IF_ERROR(cuda::dense_linear(xin, L.wd, L.wd_bf16, j.y, M, L.N, L.K, stream_));
         dense_jobs.push_back(&j);

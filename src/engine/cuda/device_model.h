@@ -222,6 +222,9 @@ public:
     // The same for a plain RMSNorm of x [S, dim] in place (the q rows before wq_b).
     Result<backend::cuda::gemv_split> rms_norm_split(float *x, const float *w, int64_t S, int64_t dim, uint8_t *xs,
                                                      float *sx) const;
+    // The split rms_norm_split(.., S, dim, xs, sx) makes (none where it makes none), without
+    // running it: for a later reader of the same rows while xs / sx still hold it.
+    backend::cuda::gemv_split norm_split_of(uint8_t *xs, float *sx, int64_t S, int64_t dim) const;
     // A shared expert's second half: h = swiglu(g, u) in g (S rows, I wide), then y = w2 h. Where
     // OFFICIAL's GEMV takes a split (split_into), the SwiGLU launch leaves it, and w2 needs no
     // split launch of its own.

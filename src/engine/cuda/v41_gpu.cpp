@@ -382,7 +382,10 @@ private:
         }
         if (c_.is_index_source(layer)) {
             p.q = m_->temp_f32(S * ih * ihd), p.w = m_->temp_f32(S * ih);
-            DS41RT_RETURN_IF_ERROR(m_->run_linear(L.i_wq_b, b.qr.f(), p.q.f(), S, lin::FP8));
+            // qr's split as the attention site's q norm left it in b.xs for wq_b (attn_qkv; nothing
+            // writes b.xs between it and here): no split launch of its own.
+            const cuda::gemv_split qsplit = m_->norm_split_of(b.xs.as<uint8_t>(), b.sx.f(), S, c_.q_lora_rank);
+            DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.i_wq_b, b.qr.f(), p.q.f(), qsplit}}, S, lin::FP8));
             DS41RT_RETURN_IF_ERROR(rope(p.q.f(), S * ih, ihd, pos_d, ih, inv_compress_, false));
             if (ihd % 32 == 0) DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp4_ue8m0(p.q.f(), S * ih, ihd, 32, st()));
             DS41RT_RETURN_IF_ERROR(m_->run_linear(L.i_weights_proj, x, p.w.f(), S, lin::BF16));
