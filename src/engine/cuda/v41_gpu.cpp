@@ -369,6 +369,15 @@ private:
         const int64_t hd = c_.head_dim, ihd = c_.index_head_dim, ih = c_.index_n_heads, S = b.S;
         const float *x = b.x.f();
         step_proj p;
+        // The indexer's head weights (a BF16 product of x: no GEMV workspace) on the side branch,
+        // beside the compressor's products and the indexer's q (at decode each of these small
+        // launches leaves most of the GPU idle); joined before the weights are returned.
+        side_scope wside(side_, *m_);
+        auto head_weights = [&]() -> Status { return m_->run_linear(L.i_weights_proj, x, p.w.f(), S, lin::BF16); };
+        if (c_.is_index_source(layer)) {
+            p.w = m_->temp_f32(S * ih);
+            if (!prof_.on()) DS41RT_RETURN_IF_ERROR(wside.fork(head_weights));
+        }
         if (c_.is_kv_source(layer)) {
             p.kv = m_->temp_f32(S * hd);
             if (ratio == 1) {  // bf16 projection, no pooling
@@ -381,15 +390,16 @@ private:
             }
         }
         if (c_.is_index_source(layer)) {
-            p.q = m_->temp_f32(S * ih * ihd), p.w = m_->temp_f32(S * ih);
+            p.q = m_->temp_f32(S * ih * ihd);
             // qr's split as the attention site's q norm left it in b.xs for wq_b (attn_qkv; nothing
             // writes b.xs between it and here): no split launch of its own.
             const cuda::gemv_split qsplit = m_->norm_split_of(b.xs.as<uint8_t>(), b.sx.f(), S, c_.q_lora_rank);
             DS41RT_RETURN_IF_ERROR(m_->run_linears({{&L.i_wq_b, b.qr.f(), p.q.f(), qsplit}}, S, lin::FP8));
             DS41RT_RETURN_IF_ERROR(rope(p.q.f(), S * ih, ihd, pos_d, ih, inv_compress_, false));
             if (ihd % 32 == 0) DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp4_ue8m0(p.q.f(), S * ih, ihd, 32, st()));
-            DS41RT_RETURN_IF_ERROR(m_->run_linear(L.i_weights_proj, x, p.w.f(), S, lin::BF16));
+            if (prof_.on()) DS41RT_RETURN_IF_ERROR(head_weights());
         }
+        DS41RT_RETURN_IF_ERROR(wside.join());
         return p;
     }
 
