@@ -44,6 +44,17 @@ size_t smem_bytes(const index_score_params &p) {
 
 __device__ __forceinline__ float relu_host(float d) { return d < 0.0f ? 0.0f : d; }  // std::max(d, 0.0f)
 
+// Head h's weight as the numerics branch uses it, from w[s, h].
+__device__ __forceinline__ float head_weight(float wv, const index_score_params &p) {
+    return p.official ? dev::round_bf16(__fmul_rn(wv, __fmul_rn(p.qk_scale, p.head_scale))) : __fmul_rn(wv, p.head_scale);
+}
+
+// Head h's term of a key's score, from its dot and head_weight; the terms add in ascending h.
+__device__ __forceinline__ float head_term(float dot, float wh, const index_score_params &p) {
+    return p.official ? dev::round_bf16(__fmul_rn(relu_host(dev::round_bf16(dot)), wh))
+                      : __fmul_rn(__fmul_rn(relu_host(dot), p.qk_scale), wh);
+}
+
 // One block's 128 keys of one query row: qs [ih, ihd], wrow [ih], keys [T, ihd]; out[t] for
 // t < n_out (n_out >= T: columns from T on are padding, -inf like the masked keys).
 template <int HT>
@@ -61,11 +72,7 @@ __device__ __forceinline__ void score_block(const float *qs, const float *wrow, 
         return;
     }
     for (int i = tid; i < ih * ihd; i += BT) qd[i] = double(qs[i]);
-    for (int h = tid; h < ih; h += BT) {
-        const float wv = wrow[h];
-        ws[h] = p.official ? dev::round_bf16(__fmul_rn(wv, __fmul_rn(p.qk_scale, p.head_scale)))
-                           : __fmul_rn(wv, p.head_scale);
-    }
+    for (int h = tid; h < ih; h += BT) ws[h] = head_weight(wrow[h], p);
     for (int e = tid; e < BT * ihd; e += BT) {
         const int r = e / ihd, c = e % ihd;
         ks[c * PITCH + r] = t0 + r < T ? keys[(t0 + r) * ihd + c] : 0.0f;
@@ -91,13 +98,7 @@ __device__ __forceinline__ void score_block(const float *qs, const float *wrow, 
             }
         }
 #pragma unroll
-        for (int hh = 0; hh < HT; hh++) {
-            const float dot = float(d[hh]), wh = ws[h0 + hh];
-            if (p.official)
-                acc = __fadd_rn(acc, dev::round_bf16(__fmul_rn(relu_host(dev::round_bf16(dot)), wh)));
-            else
-                acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(relu_host(dot), p.qk_scale), wh));
-        }
+        for (int hh = 0; hh < HT; hh++) acc = __fadd_rn(acc, head_term(float(d[hh]), ws[h0 + hh], p));
     }
     out[t] = p.official ? dev::round_bf16(acc) : acc;
 }
@@ -130,11 +131,7 @@ __device__ __forceinline__ void score_keys_short(const float *qs, const float *w
         return;
     }
     for (int i = tid; i < ih * ihd; i += BT) qsm[(i / ihd) * QP + i % ihd] = qs[i];
-    for (int h = tid; h < ih; h += BT) {
-        const float wv = wrow[h];
-        ws[h] = p.official ? dev::round_bf16(__fmul_rn(wv, __fmul_rn(p.qk_scale, p.head_scale)))
-                           : __fmul_rn(wv, p.head_scale);
-    }
+    for (int h = tid; h < ih; h += BT) ws[h] = head_weight(wrow[h], p);
     for (int e = tid; e < KT * ihd; e += BT) {
         const int r = e / ihd, c = e % ihd;
         ks[r * QP + c] = t0 + r < T ? keys[(t0 + r) * ihd + c] : 0.0f;
@@ -145,9 +142,7 @@ __device__ __forceinline__ void score_keys_short(const float *qs, const float *w
         const float *qh = qsm + size_t(h) * QP, *kt = ks + size_t(kk) * QP;
         double d = 0.0;
         for (int i = 0; i < ihd; i++) d = fma(double(qh[i]), double(kt[i]), d);
-        const float dot = float(d), wh = ws[h];
-        terms[kk * ih + h] = p.official ? dev::round_bf16(__fmul_rn(relu_host(dev::round_bf16(dot)), wh))
-                                        : __fmul_rn(__fmul_rn(relu_host(dot), p.qk_scale), wh);
+        terms[kk * ih + h] = head_term(float(d), ws[h], p);
     }
     __syncthreads();
     const int64_t t = t0 + tid;

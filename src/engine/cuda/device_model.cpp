@@ -746,6 +746,14 @@ Status device_model::run_linears(const std::vector<linear_job> &jobs, int64_t M,
     const bool quant_x = official_ && (cls == lin::FP8 || cls == lin::FP4);
     const int act_block = cfg_.fp8_block_in;
     std::vector<const linear_job *> gemv_jobs, dense_jobs;
+    // A dense job's product on the BF16 tensor cores (wide plain-BF16 weights at decode sizes).
+    static const int64_t bf16_min_m = bf16_gemv_min_m();
+    auto to_bf16_gemv = [&](const linear_job &jj) {
+        const dlinear &D = *jj.L;
+        const bool a16 = ((reinterpret_cast<uintptr_t>(jj.x) | reinterpret_cast<uintptr_t>(D.wd)) & 15u) == 0;
+        return !quant_x && D.wd_bf16 && M >= bf16_min_m && M <= cuda::BF16_GEMV_MAX_M && D.N >= BF16_GEMV_MIN_N &&
+               D.K % 32 == 0 && a16;
+    };
     for (size_t ji = 0; ji < jobs.size(); ji++) {
         const linear_job &j = jobs[ji];
         const dlinear &L = *j.L;
@@ -781,10 +789,7 @@ Status device_model::run_linears(const std::vector<linear_job> &jobs, int64_t M,
             gemv_jobs.push_back(&j);
             continue;
         }
-        static const int64_t bf16_min_m = bf16_gemv_min_m();
-        const bool a16 = ((reinterpret_cast<uintptr_t>(j.x) | reinterpret_cast<uintptr_t>(L.wd)) & 15u) == 0;
-        if (!quant_x && L.wd_bf16 && M >= bf16_min_m && M <= cuda::BF16_GEMV_MAX_M && L.N >= BF16_GEMV_MIN_N &&
-            L.K % 32 == 0 && a16) {
+        if (to_bf16_gemv(j)) {
             dtemp ws = temp(cuda::bf16_gemv_workspace_bytes(int(M), L.K));
             DS41RT_RETURN_IF_ERROR(
                 cuda::bf16_gemv(j.x, static_cast<const uint16_t *>(L.wd), j.y, int(M), L.N, L.K, ws.as<void>(), stream_));
@@ -805,9 +810,8 @@ Status device_model::run_linears(const std::vector<linear_job> &jobs, int64_t M,
         if (ji + 1 < jobs.size() && !quant_x && M <= GEMV_MAX_ROWS) {
             const linear_job &k = jobs[ji + 1];
             const dlinear &L2 = *k.L;
-            const bool to_bf16_gemv = L2.wd_bf16 && M >= bf16_min_m && M <= cuda::BF16_GEMV_MAX_M && L2.N >= BF16_GEMV_MIN_N;
             if (L2.k == dlinear::kind::DENSE && k.x == j.x && !k.ldx && !k.ldy && L2.K == L.K && L2.wd_bf16 == L.wd_bf16 &&
-                !to_bf16_gemv) {
+                !to_bf16_gemv(k)) {
                 DS41RT_RETURN_IF_ERROR(
                     cuda::dense_linear_pair(j.x, L.wd, j.y, L.N, L2.wd, k.y, L2.N, L.wd_bf16, M, L.K, stream_));
                 dense_jobs.push_back(&j);
