@@ -32,16 +32,19 @@
 //    power-of-two scale exactly as backend/cpu fake_quant_fp8_ue8m0 does (DeepSeek's act_quant);
 //    the FP8 weight bytes as stored and x's E4M3 bytes convert exactly to fp16 for two
 //    mma.m16n8k16 per 32-k block (what mma.m16n8k32.e4m3 compiles to on Hopper, less its fp32
-//    add of the accumulator input); MXFP4 codes become fp16 pairs equal to value * 2^-14 in 4
-//    integer ops a pair (codes j and j + 4 paired, x's bytes permuted to match; the 2^14 goes to
-//    the store), no cvt. Products are exact; the sums are fp32.
+//    add of the accumulator input); MXFP4 codes become fp16 pairs equal to value * 2^-14 in 11
+//    integer ops per 8 codes (codes j and j + 2 paired, x's bytes permuted to match; the 2^14
+//    goes to the store), no cvt. Products are exact; the sums are fp32.
 //
 // Instructions: the MXFP4 item is bound by issue, not bytes (ncu, H200, 2026-12-01: 93 warp
 // instructions per 32-k block of 16 rows, 2.8 weight bytes each, issue 49% busy, 30% of DRAM).
 // Each scale decode was a branch (E8M0's 0 and 0xff cases) and each activation scale load did
 // 64-bit index arithmetic with a run-time shift; both are gone (selects; the activation scales
 // stored per 32-k block at a fixed stride; MXFP4 ring scales four to a 4-byte read), and the
-// MMA pair starts from zero: six experts' w1 + w3 at M = 1 took 53.6 -> 47.5 us.
+// MMA pair starts from zero: six experts' w1 + w3 at M = 1 took 53.6 -> 47.5 us. The E2M1
+// decode through byte permutes (11 integer ops per 8 codes, was 15) and the one-token instance
+// (gemv_item's ONE) took the routed kernel's full stage of 8 k blocks from 582 to 486 static
+// instructions (2026-12-02).
 //
 // Bytes in flight (ptxas, sm_90a, CUDA 13): the official FP8 M <= 8 instance uses 72 registers
 // and 30 KB of ring per 4-warp block, so 7 blocks (28 warps) fit an SM by either limit; a warp
@@ -81,6 +84,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/pdl.cuh"
@@ -88,6 +92,15 @@
 #include "backend/cuda/splitk_plan.cuh"
 
 namespace ds41rt::backend::cuda {
+
+bool gemv_detail::one_token_instance(bool fp4) {
+    static const int mode = [] {  // 2: every format, 1: MXFP4, 0: none
+        const char *e = std::getenv("DS41RT_GEMV_ONE");
+        const std::string v = e ? e : "";
+        return v == "0" ? 0 : v == "fp4" ? 1 : 2;
+    }();
+    return mode == 2 || (mode == 1 && fp4);
+}
 
 namespace {
 
@@ -109,7 +122,12 @@ __global__ void split_x_kernel(const __grid_constant__ split_batch b) {
 // Official MXFP4 at two token tiles is held to 128 registers (4 blocks per SM): left free, ptxas
 // took 132 (3 blocks) and six experts' w1 + w3 at M = 16 ran in 90 us; at 128, 67 us (H200,
 // 2026-12-01).
-template <bool FP4, bool X8, int NT, bool WALK, bool L2HINT>  // NT: token tiles of 8 (M <= 8 * NT)
+// ONE: a launch whose matrices all have M = 1 (gemv_item), official numerics, default tuning.
+// V4.1 C1 step (16 layers, H200, 2026-12-02, two runs each): 4.50 ms median without ONE, 4.38-4.41
+// with it for MXFP4 only, 4.25 with it for FP8 too, although FP8's ONE alone is no faster and
+// wo_b's slower (quick bench: 16.7 -> 19.0 us); its 68 registers against 74 are the likely gain
+// inside the step, where each GEMV starts beside its predecessor's tail (PDL).
+template <bool FP4, bool X8, int NT, bool WALK, bool L2HINT, bool ONE = false>  // NT: token tiles of 8 (M <= 8 * NT)
 __global__ void __launch_bounds__(WARPS * 32, FP4 && X8 && NT == 2 ? 4 : 0) gemv_kernel(const __grid_constant__ batch b) {
     const int first = blockIdx.x * WARPS + (threadIdx.x >> 5), stride = gridDim.x * WARPS;
     for (int item = first; item < b.items; item += stride) {  // uniform across the warp
@@ -122,7 +140,7 @@ __global__ void __launch_bounds__(WARPS * 32, FP4 && X8 && NT == 2 ? 4 : 0) gemv
             while (jn + 1 < b.njobs && next >= b.jobs[jn + 1].item_begin) ++jn;
             prefetch_item_head<FP4>(b.jobs[jn], next - b.jobs[jn].item_begin);
         }
-        gemv_item<FP4, X8, NT, L2HINT>(J, item - J.item_begin);
+        gemv_item<FP4, X8, NT, L2HINT, ONE>(J, item - J.item_begin);
         if (!WALK) break;
     }
 }
@@ -286,6 +304,7 @@ Status run_gemv(const gemv_plan &plan, void *workspace, cudaStream_t stream) {
         const int grp = group_of(plan.mats[first]);
         batch b{};
         int items = 0;
+        bool one = true;  // every matrix of the launch has M = 1
         size_t i = first;
         for (; i < plan.mats.size() && b.njobs < MAX_JOBS && group_of(plan.mats[i]) == grp; i++) {
             const gemv_matrix &m = plan.mats[i];
@@ -311,6 +330,7 @@ Status run_gemv(const gemv_plan &plan, void *workspace, cudaStream_t stream) {
                 partials += size_t(tiles_of(m)) * ks * slot_floats;
             }
             items += tiles_of(m) * ks;
+            one = one && m.M == 1 && one_token_instance(m.fp4);
         }
         b.items = items;
         int grid = (items + WARPS - 1) / WARPS;
@@ -326,8 +346,13 @@ Status run_gemv(const gemv_plan &plan, void *workspace, cudaStream_t stream) {
             return pdl ? launch_pdl(kernel, dim3(unsigned(grid)), dim3(WARPS * 32), SMEM_BYTES, stream, b)
                        : (kernel<<<grid, WARPS * 32, SMEM_BYTES, stream>>>(b), cudaGetLastError());
         };
-#define DS41RT_GEMV_LAUNCH_NT(FP4, X8, W, H) \
-    (nt == 1 ? launch(gemv_kernel<FP4, X8, 1, W, H>) : launch(gemv_kernel<FP4, X8, 2, W, H>))
+        // The ONE instance exists for official numerics at the default tuning only (not walking,
+        // no L2 hint); elsewhere both arms name the same instance.
+#define DS41RT_GEMV_ONE_OK(X8, W, H) (X8 && !W && !H)
+#define DS41RT_GEMV_LAUNCH_NT(FP4, X8, W, H)                                                            \
+    (nt == 1 ? (DS41RT_GEMV_ONE_OK(X8, W, H) && one ? launch(gemv_kernel<FP4, X8, 1, W, H, DS41RT_GEMV_ONE_OK(X8, W, H)>) \
+                                                    : launch(gemv_kernel<FP4, X8, 1, W, H>))                  \
+             : launch(gemv_kernel<FP4, X8, 2, W, H>))
 #define DS41RT_GEMV_LAUNCH(FP4, X8)                                                                   \
     (walk ? (hint ? DS41RT_GEMV_LAUNCH_NT(FP4, X8, true, true) : DS41RT_GEMV_LAUNCH_NT(FP4, X8, true, false)) \
           : (hint ? DS41RT_GEMV_LAUNCH_NT(FP4, X8, false, true) : DS41RT_GEMV_LAUNCH_NT(FP4, X8, false, false)))
@@ -340,6 +365,7 @@ Status run_gemv(const gemv_plan &plan, void *workspace, cudaStream_t stream) {
         }
 #undef DS41RT_GEMV_LAUNCH
 #undef DS41RT_GEMV_LAUNCH_NT
+#undef DS41RT_GEMV_ONE_OK
         DS41RT_CUDA_RETURN_IF_ERROR(launched);
         first = i;
     }

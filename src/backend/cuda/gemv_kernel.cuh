@@ -84,15 +84,18 @@ __device__ __forceinline__ uint32_t e2m1_byte_to_h2(uint32_t w) {
     return ((b & 0x8u) << 12) | ((b & 0x7u) << 9) | ((b & 0x80u) << 24) | ((b & 0x70u) << 21);
 }
 
-// Eight E2M1 codes (nibble j = code j) as four fp16 pairs equal to value * 2^-14, pair j = codes
-// (j, j + 4): magnitude bits (e1 e0 m) to fp16 bits 11..9 / 27..25 (e = 0 lands on subnormals, m *
-// 0.5 * 2^-14; e > 0 on normals) and the sign to bit 15 / 31. Codes j and j + 4 sit 16 bits apart,
-// as the pair's halves do, so one shift and mask serves both: 4 integer ops a pair, no cvt.
+// Eight E2M1 codes (nibble j = code j) as four fp16 pairs equal to value * 2^-14: pairs (0, 2),
+// (4, 6), (1, 3), (5, 7). Such an fp16 has a zero low byte and a high byte s000 e1 e0 m 0 (the
+// sign at bit 15, the magnitude at bits 11..9: e = 0 lands on subnormals, m * 0.5 * 2^-14; e > 0
+// on normals, both exact), so the codes first become those bytes, even codes in ev and odd ones
+// in od (byte b: code 2b / 2b + 1; the odd codes' signs are in place already), and a byte permute
+// then sets two of them over zero low bytes: 11 integer ops for 8 codes, where building each
+// pair's sign and magnitude in place took 15.
 __device__ __forceinline__ void e2m1x8_to_h2x4(uint32_t w, uint32_t (&o)[4]) {
-    o[0] = ((w << 9) & 0x0e000e00u) | ((w << 12) & 0x80008000u);
-    o[1] = ((w << 5) & 0x0e000e00u) | ((w << 8) & 0x80008000u);
-    o[2] = ((w << 1) & 0x0e000e00u) | ((w << 4) & 0x80008000u);
-    o[3] = ((w >> 3) & 0x0e000e00u) | (w & 0x80008000u);
+    const uint32_t ev = ((w << 4) & 0x80808080u) | ((w << 1) & 0x0e0e0e0eu);
+    const uint32_t od = (w & 0x80808080u) | ((w >> 3) & 0x0e0e0e0eu);
+    o[0] = __byte_perm(ev, 0u, 0x1404), o[1] = __byte_perm(ev, 0u, 0x3424);
+    o[2] = __byte_perm(od, 0u, 0x1404), o[3] = __byte_perm(od, 0u, 0x3424);
 }
 
 __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -234,25 +237,27 @@ __device__ __forceinline__ xref_operands<NT> load_x(const x_lane<NT, uint4> &L, 
 // HMMA and conversions plus an fp32 add of the accumulator input, which a pair that starts from
 // zero does not need. (x kept as fp16 in memory would save its 4 conversions a tile, but doubles
 // its loads and registers: six experts' w1 + w3 at M = 16 then ran 68 -> 79 us, H200 2026-12-01.)
-template <bool FP4, int NT>
+// ONE: the item has one token (M = 1), whose sums are acc[0][0] and acc[0][2] (token 2q of lanes
+// q = 0); the other two are left at zero, which stores and partial sums of M = 1 ignore or add.
+template <bool FP4, int NT, bool ONE>
 __device__ __forceinline__ void kblock(uint2 la, uint2 lb, float sa, float sb, const x8_operands<NT> &o,
                                        float (&acc)[NT][4]) {
     float d[NT][4] = {};
     uint32_t a[4];  // a[0], a[2]: row ra; a[1], a[3]: row rb
     if constexpr (FP4) {
-        // Weights straight to fp16 pairs of codes (j, j + 4): the first MMA takes k 8q + {0, 4, 1,
-        // 5}, the second 8q + {2, 6, 3, 7}; x's bytes are permuted to the same pairs before their
-        // cvt. (Through E4M3 bytes the weights took 9 integer ops and 4 cvt per 8 codes.)
+        // Weights straight to fp16 pairs: the first MMA takes k 8q + {0, 2, 1, 3}, the second
+        // 8q + {4, 6, 5, 7}; x's bytes are permuted to the same pairs before their cvt. (Through
+        // E4M3 bytes the weights took 9 integer ops and 4 cvt per 8 codes.)
         uint32_t wa[4], wb[4];
         e2m1x8_to_h2x4(la.x, wa);
         e2m1x8_to_h2x4(lb.x, wb);
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            a[0] = wa[2 * h], a[2] = wa[2 * h + 1], a[1] = wb[2 * h], a[3] = wb[2 * h + 1];
+            a[0] = wa[h], a[2] = wa[h + 2], a[1] = wb[h], a[3] = wb[h + 2];
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
                 uint32_t b[2];
-                fp8x4_to_h2x2(__byte_perm(o.x[nt].x, o.x[nt].y, h ? 0x7362 : 0x5140), b[0], b[1]);
+                fp8x4_to_h2x2(__byte_perm(o.x[nt].x, o.x[nt].y, h ? 0x7564 : 0x3120), b[0], b[1]);
                 mma_f16(d[nt], a, b[0], b[1]);
             }
         }
@@ -271,13 +276,13 @@ __device__ __forceinline__ void kblock(uint2 la, uint2 lb, float sa, float sb, c
     }
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        acc[nt][0] += d[nt][0] * (sa * o.sx[nt].x), acc[nt][1] += d[nt][1] * (sa * o.sx[nt].y);
-        acc[nt][2] += d[nt][2] * (sb * o.sx[nt].x), acc[nt][3] += d[nt][3] * (sb * o.sx[nt].y);
+        acc[nt][0] += d[nt][0] * (sa * o.sx[nt].x), acc[nt][2] += d[nt][2] * (sb * o.sx[nt].x);
+        if constexpr (!ONE) acc[nt][1] += d[nt][1] * (sa * o.sx[nt].y), acc[nt][3] += d[nt][3] * (sb * o.sx[nt].y);
     }
 }
 
-// Reference mode's k block.
-template <bool FP4, int NT>
+// Reference mode's k block (ONE: as official mode's).
+template <bool FP4, int NT, bool ONE>
 __device__ __forceinline__ void kblock(uint2 la, uint2 lb, float sa, float sb, const xref_operands<NT> &o,
                                        float (&acc)[NT][4]) {
     float d[NT][4] = {};
@@ -303,8 +308,8 @@ __device__ __forceinline__ void kblock(uint2 la, uint2 lb, float sa, float sb, c
     }
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        acc[nt][0] += d[nt][0] * sa, acc[nt][1] += d[nt][1] * sa;
-        acc[nt][2] += d[nt][2] * sb, acc[nt][3] += d[nt][3] * sb;
+        acc[nt][0] += d[nt][0] * sa, acc[nt][2] += d[nt][2] * sb;
+        if constexpr (!ONE) acc[nt][1] += d[nt][1] * sa, acc[nt][3] += d[nt][3] * sb;
     }
 }
 
@@ -325,8 +330,15 @@ __device__ __forceinline__ void prefetch_item_head(const job &J, int local) {
     }
 }
 
-template <bool FP4, bool X8, int NT, bool L2HINT = false>  // NT: token tiles of 8 (M <= 8 * NT)
+// Whether a launch of one-token items takes the ONE instance (below) for this weight format:
+// DS41RT_GEMV_ONE=all (default) / fp4 (MXFP4 only) / 0 (none), for comparing. Read once (gemv.cu).
+bool one_token_instance(bool fp4);
+
+// NT: token tiles of 8 (M <= 8 * NT). ONE: every item of the launch has M = 1 (kblock), a
+// separate kernel instance: as a branch inside one, the two bodies' registers spilled.
+template <bool FP4, bool X8, int NT, bool L2HINT = false, bool ONE = false>
 __device__ __forceinline__ void gemv_item(const job &J, int local) {
+    static_assert(!ONE || NT == 1, "one token is one token tile");
     constexpr int KB_BYTES = FP4 ? 16 : 32, KPS = CHUNK / KB_BYTES, PITCH = FP4 ? PITCH_FP4 : PITCH_FP8;
     const int lane = threadIdx.x & 31;
     const int N = J.N, K = J.K, M = J.M, nkb = K / 32;
@@ -459,7 +471,7 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
                 for (int u = 0; u < 4; u++) {
                     uint2 la, lb;
                     weights(g0 + u, la, lb);
-                    kblock<FP4, NT>(la, lb, sa[u], sb[u], X_AHEAD ? o[u] : load_x<NT>(xl, kb + g0 + u), acc);
+                    kblock<FP4, NT, ONE>(la, lb, sa[u], sb[u], X_AHEAD ? o[u] : load_x<NT>(xl, kb + g0 + u), acc);
                 }
             }
         } else {
@@ -471,7 +483,7 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
                 float sa, sb;
                 weights(u, la, lb);
                 scale_of(kb + u, sa, sb);
-                kblock<FP4, NT>(la, lb, sa, sb, load_x<NT>(xl, kb + u), acc);
+                kblock<FP4, NT, ONE>(la, lb, sa, sb, load_x<NT>(xl, kb + u), acc);
             }
         }
         __syncwarp();  // every lane is done with this slot before it is refilled

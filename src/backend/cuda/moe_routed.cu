@@ -252,7 +252,8 @@ __device__ __forceinline__ bool locate(const routed_params &p, bool down, int it
 // it to 128 registers with 88 bytes of stack spilled in the loop; 3 blocks run the 16-layer C16
 // step in 31.31-31.61 ms against 32.14-32.24 (H200, 2026-12-01, two runs each).
 constexpr int mxfp4_min_blocks(int nt) { return nt == 1 ? 6 : 3; }
-template <bool X8, int NT>
+// ONE: a plan of one token row (B = 1), so every expert's group has one row (gemv_item).
+template <bool X8, int NT, bool ONE = false>
 __global__ void __launch_bounds__(WARPS * 32, mxfp4_min_blocks(NT))
     moe_routed_mxfp4_kernel(const __grid_constant__ routed_params p, bool down) {
     pdl_enter();
@@ -277,7 +278,7 @@ __global__ void __launch_bounds__(WARPS * 32, mxfp4_min_blocks(NT))
     J.kb_per_split = ((m.K / 32 + ks - 1) / ks + KPS - 1) / KPS * KPS;  // as run_gemv
     J.item_begin = 0;
     J.round_out = false;  // h and the expert outputs are rounded by moe_numerics where the CPU rounds
-    gd::gemv_item<true, X8, NT>(J, m.local);
+    gd::gemv_item<true, X8, NT, false, ONE>(J, m.local);
 }
 
 template <int NT>
@@ -514,6 +515,7 @@ Result<moe_routed_plan> plan_moe_routed(const device_info &dev, const moe_layer 
         allow_smem(moe_routed_mxfp4_kernel<false, 1>);
         allow_smem(moe_routed_mxfp4_kernel<false, 2>);
         allow_smem(moe_routed_mxfp4_kernel<true, 1>);
+        allow_smem(moe_routed_mxfp4_kernel<true, 1, true>);
         allow_smem(moe_routed_mxfp4_kernel<true, 2>);
     }
     return plan;
@@ -568,7 +570,9 @@ Status run_moe_routed(const moe_routed_plan &plan, const float *x, const int32_t
                 if (nt == 1) (void)launch_pdl(moe_routed_nvfp4_kernel<1>, grid, threads, 0, stream, p, down);
                 else (void)launch_pdl(moe_routed_nvfp4_kernel<2>, grid, threads, 0, stream, p, down);
             } else if (plan.act_block) {
-                if (nt == 1)
+                if (nt == 1 && plan.B == 1 && gd::one_token_instance(true))
+                    (void)launch_pdl(moe_routed_mxfp4_kernel<true, 1, true>, grid, threads, gd::SMEM_BYTES, stream, p, down);
+                else if (nt == 1)
                     (void)launch_pdl(moe_routed_mxfp4_kernel<true, 1>, grid, threads, gd::SMEM_BYTES, stream, p, down);
                 else (void)launch_pdl(moe_routed_mxfp4_kernel<true, 2>, grid, threads, gd::SMEM_BYTES, stream, p, down);
             } else {
