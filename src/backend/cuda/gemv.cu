@@ -203,8 +203,8 @@ int resident_blocks_per_sm(const gemv_tuning &t, int group, int nt) {
 
 // Workspace layout: [tile counters][split-K partials][split x, one per distinct x].
 Result<gemv_plan> plan_gemv(const device_info &dev, const std::vector<gemv_matrix> &mats, const gemv_tuning &tuning) {
-    if (!(tuning.waves > 0.0f) || tuning.min_kb < 1 || tuning.blocks_per_sm < 0)
-        return Status::invalid_argument("gemv tuning: waves > 0, min_kb >= 1 and blocks_per_sm >= 0 required");
+    if (!(tuning.waves > 0.0f) || !(tuning.fp4_waves > 0.0f) || tuning.min_kb < 1 || tuning.blocks_per_sm < 0)
+        return Status::invalid_argument("gemv tuning: waves > 0, fp4_waves > 0, min_kb >= 1 and blocks_per_sm >= 0 required");
     gemv_plan plan;
     plan.tuning = tuning;
     plan.max_blocks = tuning.blocks_per_sm > 0 ? dev.sm_count * tuning.blocks_per_sm : 0;
@@ -237,6 +237,7 @@ Result<gemv_plan> plan_gemv(const device_info &dev, const std::vector<gemv_matri
     for (int grp = 0; grp < 4; grp++)
         for (const gemv_matrix &m : mats)
             if (group_of(m) == grp) plan.mats.push_back(m);
+    // MXFP4 matrices take tuning.fp4_waves instead (gemv_tuning says why).
     // Exactly one wave of work items (tuning.waves, default 1) when K slicing can provide it: a
     // second, partial wave would run its items at a fraction of the occupancy, each paying the
     // full memory latency of its first stages. Slices no thinner than tuning.min_kb blocks and a
@@ -249,8 +250,9 @@ Result<gemv_plan> plan_gemv(const device_info &dev, const std::vector<gemv_matri
     const int want = splitk::slices_wanted(target, total_tiles);
     const int slot_floats = token_tiles(mats) * 4 * 32;
     splitk::workspace_layout ws;
+    const int want_fp4 = splitk::slices_wanted(long(double(target) * tuning.fp4_waves), total_tiles);
     for (const gemv_matrix &m : plan.mats) {
-        const int ks = splitk::slice_count(m.K / 32, want, tuning.min_kb, stage_kb(m));
+        const int ks = splitk::slice_count(m.K / 32, m.fp4 ? want_fp4 : want, tuning.min_kb, stage_kb(m));
         plan.ksplit.push_back(ks);
         ws.add(size_t(tiles_of(m)), ks, size_t(slot_floats));
     }
