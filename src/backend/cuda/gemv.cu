@@ -237,7 +237,7 @@ Result<gemv_plan> plan_gemv(const device_info &dev, const std::vector<gemv_matri
     for (int grp = 0; grp < 4; grp++)
         for (const gemv_matrix &m : mats)
             if (group_of(m) == grp) plan.mats.push_back(m);
-    // MXFP4 matrices take tuning.fp4_waves instead (gemv_tuning says why).
+    // MXFP4 matrices: tuning.waves times tuning.fp4_waves (gemv_tuning says why).
     // Exactly one wave of work items (tuning.waves, default 1) when K slicing can provide it: a
     // second, partial wave would run its items at a fraction of the occupancy, each paying the
     // full memory latency of its first stages. Slices no thinner than tuning.min_kb blocks and a

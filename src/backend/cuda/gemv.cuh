@@ -64,7 +64,7 @@ struct gemv_tuning {
     // whose counters fit in it (counters_bytes <= counters_reserve) needs no zeroing before it
     // runs (the kernels leave their counters at zero, and no other plan writes there).
     size_t counters_reserve = 0;
-    // MXFP4 matrices' waves: their items are bound by each warp's instruction latency, not by
+    // MXFP4 matrices' waves, times `waves`: their items are bound by each warp's latency, not by
     // bytes, so more, shorter items (more warps an SM) pay where one wave of them leaves SMs
     // half empty. V4.1 C1 (routed experts at B = 1: 12 + 6 matrices, ~13 warps an SM at one
     // wave), 16 layers, H200 2026-12-02, median step: 4.33 / 4.40 ms at 1, 4.11 / 4.10 at 2,
