@@ -281,7 +281,7 @@ __device__ __forceinline__ void kblock(uint2 la, uint2 lb, float sa, float sb, c
     }
 }
 
-// Reference mode's k block (ONE: as official mode's).
+// Reference mode's k block (ONE instances are official only; the parameter keeps one call site).
 template <bool FP4, int NT, bool ONE>
 __device__ __forceinline__ void kblock(uint2 la, uint2 lb, float sa, float sb, const xref_operands<NT> &o,
                                        float (&acc)[NT][4]) {
@@ -308,8 +308,8 @@ __device__ __forceinline__ void kblock(uint2 la, uint2 lb, float sa, float sb, c
     }
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        acc[nt][0] += d[nt][0] * sa, acc[nt][2] += d[nt][2] * sb;
-        if constexpr (!ONE) acc[nt][1] += d[nt][1] * sa, acc[nt][3] += d[nt][3] * sb;
+        acc[nt][0] += d[nt][0] * sa, acc[nt][1] += d[nt][1] * sa;
+        acc[nt][2] += d[nt][2] * sb, acc[nt][3] += d[nt][3] * sb;
     }
 }
 
@@ -338,7 +338,7 @@ bool one_token_instance(bool fp4);
 // separate kernel instance: as a branch inside one, the two bodies' registers spilled.
 template <bool FP4, bool X8, int NT, bool L2HINT = false, bool ONE = false>
 __device__ __forceinline__ void gemv_item(const job &J, int local) {
-    static_assert(!ONE || NT == 1, "one token is one token tile");
+    static_assert(!ONE || (NT == 1 && X8), "one token is one token tile; ONE instances are official only");
     constexpr int KB_BYTES = FP4 ? 16 : 32, KPS = CHUNK / KB_BYTES, PITCH = FP4 ? PITCH_FP4 : PITCH_FP8;
     const int lane = threadIdx.x & 31;
     const int N = J.N, K = J.K, M = J.M, nkb = K / 32;
