@@ -16,6 +16,11 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_b
     else
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes));
 }
+// 16 bytes through L1 (.ca): data many warps of an SM read, such as a GEMV's x.
+__device__ __forceinline__ void cp_async16_ca(void *dst, const void *src, int src_bytes) {
+    const unsigned d = unsigned(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes));
+}
 // 4 bytes (.ca: only .ca takes sizes below 16).
 __device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_bytes) {
     const unsigned d = unsigned(__cvta_generic_to_shared(dst));

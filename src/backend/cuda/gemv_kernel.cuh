@@ -37,6 +37,24 @@ constexpr int STAGE_BYTES = 16 * PITCH_FP8;
 constexpr int FP4_SCALE_OFF = 16 * PITCH_FP4, FP4_SCALES = CHUNK / 16;
 static_assert(FP4_SCALE_OFF + 16 * FP4_SCALES <= STAGE_BYTES, "MXFP4 scales must fit in the stage");
 constexpr int SMEM_BYTES = WARPS * STAGES * STAGE_BYTES;
+// MXFP4 one-token items (ONE) take their x codes and activation scales through the ring with the
+// weights, into space each stage has spare: the stage's x (32 bytes a k block, in k order) in
+// the rows' padding (16 bytes a row), token 0's scales (4 bytes a k block) after the weight
+// scales. Loaded per k block from global memory, x was the routed one-token kernel's longest
+// stall at V4.1 C1 (ncu source view: 33% of the warp samples, long scoreboard, on the byte
+// permutes right after x's loads); through the ring six experts' w1 + w3 took 37.4 us against 45.1
+// and the C1 step 3.92 / 3.89 ms against 4.05 / 4.06 (H200, 2026-12-02, session 20 runs 1 and 3).
+// FP8's one-token items keep loading x from global memory: through their rows' padding the same
+// way the step did not move (3.93 / 3.90 ms) and wo_b alone lost 0.7 us.
+struct one_x {
+    static constexpr int PAD = PITCH_FP4 - CHUNK, KPS = CHUNK / 16;
+    static constexpr int PIECES = KPS * 32 / 16;                        // 16-byte copies of a stage's x
+    static constexpr int SX_OFF = FP4_SCALE_OFF + 16 * FP4_SCALES;      // after the weight scales
+    // Byte b of the stage's x: row b / PAD's padding.
+    __host__ __device__ static constexpr int at(int b) { return (b / PAD) * PITCH_FP4 + CHUNK + b % PAD; }
+    static_assert(PAD == 16 && PIECES == 16 && PIECES + KPS <= 32, "a stage's x fills the rows' padding; one copy a lane");
+    static_assert(SX_OFF % 16 == 0 && SX_OFF + 4 * KPS <= STAGE_BYTES, "the scales fit in the stage, 16-byte aligned");
+};
 constexpr int SX_TOKENS = 16;  // official mode: per-token activation scales, [K / 32][16]
 constexpr int X8_BYTES = 1;    // official mode's split x per channel: the E4M3 byte
 
@@ -339,6 +357,7 @@ bool one_token_instance(bool fp4);
 template <bool FP4, bool X8, int NT, bool L2HINT = false, bool ONE = false>
 __device__ __forceinline__ void gemv_item(const job &J, int local) {
     static_assert(!ONE || (NT == 1 && X8), "one token is one token tile; ONE instances are official only");
+    constexpr bool XR = ONE && FP4;  // x through the ring (one_x)
     constexpr int KB_BYTES = FP4 ? 16 : 32, KPS = CHUNK / KB_BYTES, PITCH = FP4 ? PITCH_FP4 : PITCH_FP8;
     const int lane = threadIdx.x & 31;
     const int N = J.N, K = J.K, M = J.M, nkb = K / 32;
@@ -366,7 +385,27 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
     // MXFP4 scale rows ride in the ring when every stage's 4-byte pieces are aligned (K % 128 ==
     // 0, all real shapes); otherwise they are read from global memory per k block.
     const bool ring_scales = FP4 && nkb % 4 == 0;
-    auto issue = [&](int s) {
+    // XR: x's copies of stage s (one per lane, lanes past PIECES + KPS idle).
+    using OX = one_x;
+    auto issue_x = [&](int s) {
+        if constexpr (XR) {
+            if (s < nstage) {
+                uint8_t *stage = ring + (s % STAGES) * STAGE_BYTES;
+                const int kbs = kb0 + s * KPS;
+                if (lane < OX::PIECES) {
+                    const bool ok = kbs + lane / 2 < kb1;
+                    cp_async16_ca(stage + OX::at(16 * lane), static_cast<const uint8_t *>(J.xs) + size_t(kbs) * 32 + 16 * lane,
+                                  ok ? 16 : 0);
+                } else if (lane < OX::PIECES + KPS) {
+                    const int u = lane - OX::PIECES;
+                    const bool ok = kbs + u < kb1;
+                    cp_async4(stage + OX::SX_OFF + 4 * u, J.sx + size_t(ok ? kbs + u : 0) * SX_TOKENS, ok ? 4 : 0);
+                }
+            }
+        }
+    };
+    auto issue = [&](int s, bool with_x) {
+        if (with_x) issue_x(s);
         if (s < nstage) {
             uint8_t *stage = ring + (s % STAGES) * STAGE_BYTES;
             uint8_t *dst = stage + row0 * PITCH + col;
@@ -388,10 +427,22 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
         cp_async_commit();  // an empty group at the tail keeps the wait count uniform
     };
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) issue(s);
+    for (int s = 0; s < STAGES - 1; s++) issue(s, false);
     // The weights are no kernel's output: their first stages are on their way before the launch
     // waits for its predecessor (pdl.cuh), whose output x is read from here on.
     pdl_wait();
+    if constexpr (XR) {  // the first stages' x: one more group, which stage 0 waits for too
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; s++) issue_x(s);
+        cp_async_commit();
+    }
+    auto stage_wait = [&](int s) {
+        if (XR && s == 0) cp_async_wait<0>();
+        else cp_async_wait<STAGES - 2>();
+        __syncwarp();
+    };
+    // XR: this lane's x bytes (k 8q .. 8q+7 of a k block) in a stage, k block 0.
+    const int x_at = OX::at(8 * q);
 
     // Scales and x, addressed from k block 0 of the slice.
     const uint8_t *scale_a, *scale_b;
@@ -404,7 +455,15 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
     // x rows in words: official 32-k blocks of 4 8-byte words (E4M3), reference of 8 16-byte
     // words (fp16 hi / lo pairs).
     using XW = std::conditional_t<X8, uint2, uint4>;
-    const x_lane<NT, XW> xl = x_lane_of<NT, XW>(J.xs, J.sx, size_t(K / 32) * (X8 ? 4 : 8), M, g, q);
+    const x_lane<NT, XW> xl = XR ? x_lane<NT, XW>{} : x_lane_of<NT, XW>(J.xs, J.sx, size_t(K / 32) * (X8 ? 4 : 8), M, g, q);
+    // XR: k block u's operands from the stage (every lane takes token 0's x: the other columns'
+    // products are never stored, and a column's sums read only its own x).
+    auto ring_x = [&](const uint8_t *st, int u, float sxu) {
+        x8_operands<NT> o{};
+        o.x[0] = *reinterpret_cast<const uint2 *>(st + x_at + (u * 32 / OX::PAD) * PITCH_FP4);
+        o.sx[0] = make_float2(sxu, 0.0f);
+        return o;
+    };
     // MXFP4: the decode trick's 2^-14 (both modes) stays in the sums, which the store multiplies
     // back by 2^14 (exact: a power of two), so the per-block scales are the codes' bits alone.
     constexpr float FOLD = FP4 ? 16384.0f : 1.0f;
@@ -459,14 +518,16 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
                 // (ptxas: 80 -> 134 a thread for FP8), so those stay per k block.
                 constexpr bool X_AHEAD = X8 || NT == 1;
                 std::conditional_t<X8, x8_operands<NT>, xref_operands<NT>> o[4];
-                if constexpr (X_AHEAD)
+                if constexpr (X_AHEAD && !XR)
 #pragma unroll
                     for (int u = 0; u < 4; u++) o[u] = load_x<NT>(xl, kb + g0 + u);
-                if (g0 == 0) {
-                    cp_async_wait<STAGES - 2>();
-                    __syncwarp();
-                }
+                if (g0 == 0) stage_wait(s);
                 if (!early) ring_scales4(g0, sa, sb);
+                if constexpr (XR) {
+                    const float4 sx4 = *reinterpret_cast<const float4 *>(st + OX::SX_OFF + 4 * g0);
+                    o[0] = ring_x(st, g0, sx4.x), o[1] = ring_x(st, g0 + 1, sx4.y);
+                    o[2] = ring_x(st, g0 + 2, sx4.z), o[3] = ring_x(st, g0 + 3, sx4.w);
+                }
 #pragma unroll
                 for (int u = 0; u < 4; u++) {
                     uint2 la, lb;
@@ -475,19 +536,21 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
                 }
             }
         } else {
-            cp_async_wait<STAGES - 2>();
-            __syncwarp();
+            stage_wait(s);
 #pragma unroll 1  // a partial stage: rare (one per item at most), kept small
             for (int u = 0; kb + u < kb1; u++) {
                 uint2 la, lb;
                 float sa, sb;
                 weights(u, la, lb);
                 scale_of(kb + u, sa, sb);
-                kblock<FP4, NT, ONE>(la, lb, sa, sb, load_x<NT>(xl, kb + u), acc);
+                if constexpr (XR)
+                    kblock<FP4, NT, ONE>(la, lb, sa, sb,
+                                         ring_x(st, u, *reinterpret_cast<const float *>(st + OX::SX_OFF + 4 * u)), acc);
+                else kblock<FP4, NT, ONE>(la, lb, sa, sb, load_x<NT>(xl, kb + u), acc);
             }
         }
         __syncwarp();  // every lane is done with this slot before it is refilled
-        issue(s + STAGES - 1);
+        issue(s + STAGES - 1, true);
     }
     cp_async_wait<0>();
 
