@@ -36,6 +36,7 @@
 #include <utility>
 
 #include "backend/cpu/routed.h"
+#include "backend/cuda/collapse_norm.cuh"
 #include "backend/cuda/moe_decode.cuh"
 #include "backend/cuda/moe_grouping.h"
 #include "backend/cuda/moe_routed.cuh"
@@ -413,6 +414,51 @@ TEST_F(MoeRouted, v4_shapes_activation_block_128) {
             check_case(*v4, false, 128, B, 6, 10.0f, after, uint32_t(500 + B + after));
             check_case(*v4, false, 0, B, 6, 10.0f, after, uint32_t(600 + B + after));
         }
+}
+
+// x's split made by its producer (rms_norm_split here, hc_collapse_norm in the engine's decode
+// step), given to run_moe_routed: at B = 1 the up GEMV reads it instead of the routed split, and
+// the output must be the bits of the run that splits x itself (V4.1's activation blocks of 32 and
+// V4's of 128); a plan of more rows ignores it. Each run on a NaN-poisoned output and workspace.
+TEST_F(MoeRouted, producer_split_gives_the_same_bits) {
+    std::unique_ptr<layer_set> v4(make_mxfp4(4096, 2048, 256, 6, 401));
+    struct one_case {
+        const layer_set *s;
+        int act, B;
+    };
+    for (const one_case &c : {one_case{g_v41.get(), 32, 1}, one_case{v4.get(), 128, 1}, one_case{g_v41.get(), 32, 4}}) {
+        const int D = c.s->D;
+        cuda::moe_layer layer = c.s->layer;
+        layer.act_block = c.act, layer.swiglu_limit = 10.0f, layer.weight_after_w2 = false;
+        const std::string what = "D " + std::to_string(D) + " act_block " + std::to_string(c.act) + " B " + std::to_string(c.B);
+        const routing r = make_routes(*c.s, c.B, 6, uint32_t(700 + c.act + c.B), false);
+        std::vector<float> x = testing_util::random_normal(size_t(c.B) * D, uint32_t(710 + c.B));
+        for (auto &v : x) v *= 4.0f;
+        dev_buf dx(x.size() * 4), dy(x.size() * 4), dxs(x.size()), dsx(size_t(D / 32) * 16 * 4);
+        dx.put(x);
+        // Poisoned first: the scales of rows past B must never reach an output.
+        ASSERT_EQ(cudaMemset(dxs.p, 0xff, dxs.n), cudaSuccess);
+        ASSERT_EQ(cudaMemset(dsx.p, 0xff, dsx.n), cudaSuccess);
+        cuda::gemv_split sp{dxs.as<uint8_t>(), dsx.as<float>()};
+        ASSERT_TRUE(cuda::rms_norm_split(dx.as<float>(), nullptr, dy.as<float>(), c.B, D, false, 1e-6f, &sp, c.act, 0).is_ok());
+        auto plan = cuda::plan_moe_routed(dev_, layer, c.B, 6);
+        ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+        dev_buf dids(r.ids.size() * 4), dw(r.w.size() * 4), dout(x.size() * 4);
+        dids.put(r.ids), dw.put(r.w);
+        auto ws = workspace(plan.value());
+        std::vector<float> out[2];
+        for (int given = 0; given < 2; given++) {
+            poison_workspace(plan.value(), ws->p);
+            ASSERT_EQ(cudaMemset(dout.p, 0xff, dout.n), cudaSuccess);
+            ASSERT_TRUE(cuda::run_moe_routed(plan.value(), dy.as<float>(), dids.as<int32_t>(), dw.as<float>(),
+                                             dout.as<float>(), ws->p, 0, given ? &sp : nullptr)
+                            .is_ok());
+            out[given] = dout.get<float>();
+            ASSERT_TRUE(cuda::moe_routed_error(plan.value(), ws->p, 0).is_ok());
+        }
+        for (size_t i = 0; i < out[0].size(); i++) ASSERT_TRUE(std::isfinite(out[0][i])) << what << ": element " << i;
+        EXPECT_EQ(bit_diff(out[1], out[0]), 0u) << what << ": outputs differing with the producer's split";
+    }
 }
 
 // An id of an expert not held, past the table or negative (other than -1): no contribution, and

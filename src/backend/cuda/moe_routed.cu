@@ -37,12 +37,15 @@
 // copy): the split / quantization is per row, so slot s gets the bits run_moe_decode's gathered
 // row would. Each expert's activation scales (official: [D / 32][16], repeated per 32-k block;
 // NVFP4: the per-row multipliers) live in a per-job region, at the row's position in its group.
+// At B = 1 in official numerics x's producer may have split it already (run_moe_routed's
+// x_split): every up job then reads that one row, and the split launch is skipped (V4.1 C1, 16
+// layers, H200: 3.96 / 3.91 -> 3.87 / 3.85 ms a step, session 20 run 4).
 //
 // Numerics: moe_numerics.cuh (the same source as run_moe_decode's kernels); see moe_decode.cu.
 // Invariants: B <= 16, B * K <= 128, D and I multiples of 32, x 16-byte aligned, out != x.
 // Graph-capturable: yes, for any routing (launch shapes fixed by the plan; no host reads, no
-// allocation, no route-dependent memset). Deterministic. Launches per step: 6 (8 for plans of more
-// than 8 rows: both GEMV instances).
+// allocation, no route-dependent memset). Deterministic. Launches per step: 6 (5 with x's split
+// given at B = 1; 8 for plans of more than 8 rows: both GEMV instances).
 // Test: tests/cuda/moe_routed_test.cpp (bit-identical to run_moe_decode; CPU reference at
 // moe_decode_test's tolerance; graph replay with new routes; bandwidth line).
 #include "backend/cuda/moe_routed.cuh"
@@ -116,6 +119,7 @@ struct routed_params {
     bool weight_after;
     routing_view r;
     const float *x;
+    bool x_split;  // xs_up / sx_up hold x's one row split by its producer (B = 1): every up job reads it
     float *out;
     const int32_t *ids;
     const float *weights;
@@ -265,8 +269,9 @@ __global__ void __launch_bounds__(WARPS * 32, mxfp4_min_blocks(NT))
     gd::job J;
     J.w = m.which == 0 ? m.X->w1 : m.which == 1 ? m.X->w3 : m.X->w2;
     J.scale = m.which == 0 ? m.X->w1_scale : m.which == 1 ? m.X->w3_scale : m.X->w2_scale;
-    J.xs = (down ? p.xs_down : p.xs_up) + size_t(m.off) * m.K * (X8 ? gd::X8_BYTES : 4);
-    J.sx = X8 ? (down ? p.sx_down : p.sx_up) + size_t(m.u) * (m.K / 32) * gd::SX_TOKENS : nullptr;
+    const bool given = !down && p.x_split;
+    J.xs = (down ? p.xs_down : p.xs_up) + (given ? 0 : size_t(m.off) * m.K * (X8 ? gd::X8_BYTES : 4));
+    J.sx = X8 ? (down ? p.sx_down : p.sx_up) + (given ? 0 : size_t(m.u) * (m.K / 32) * gd::SX_TOKENS) : nullptr;
     J.y = down ? p.ye + size_t(m.off) * p.D : (m.which ? p.up : p.gate) + size_t(m.off) * p.I;
     J.partials = (down ? p.partials_down : p.partials_up) + size_t(m.mat) * tiles * ks * SLOT;
     J.counters = (down ? p.counters_down : p.counters_up) + size_t(m.mat) * tiles;
@@ -522,9 +527,11 @@ Result<moe_routed_plan> plan_moe_routed(const device_info &dev, const moe_layer 
 }
 
 Status run_moe_routed(const moe_routed_plan &plan, const float *x, const int32_t *ids, const float *weights,
-                      float *out, void *workspace, cudaStream_t stream) {
+                      float *out, void *workspace, cudaStream_t stream, const gemv_split *x_split) {
     if (!x || !ids || !weights || !out || !workspace || !plan.table)
         return Status::invalid_argument("moe routed: x, ids, weights, out, workspace and the plan's table must be set");
+    if (x_split && (!x_split->xs || !x_split->sx))
+        return Status::invalid_argument("moe routed: a split x needs its codes and its scales");
     if (reinterpret_cast<uintptr_t>(x) % 16) return Status::invalid_argument("moe routed: x must be 16-byte aligned");
     if (static_cast<const void *>(out) == static_cast<const void *>(x))
         return Status::invalid_argument("moe routed: out must not alias x");
@@ -536,9 +543,13 @@ Status run_moe_routed(const moe_routed_plan &plan, const float *x, const int32_t
     p.limit = plan.swiglu_limit, p.weight_after = plan.weight_after_w2;
     p.r = routing_at(ws + plan.off_routing, plan.B, plan.K, plan.u_max);
     p.x = x, p.out = out, p.ids = ids, p.weights = weights;
-    p.xs_up = reinterpret_cast<uint8_t *>(ws + plan.off_xs_up);
+    // x's split from its producer: the up GEMV's x at one row of official numerics (the split
+    // kernel's per-slot copies would all be that row's bits).
+    const bool given = x_split && plan.B == 1 && !plan.nvfp4 && plan.act_block;
+    p.x_split = given;
+    p.xs_up = given ? x_split->xs : reinterpret_cast<uint8_t *>(ws + plan.off_xs_up);
     p.xs_down = reinterpret_cast<uint8_t *>(ws + plan.off_xs_down);
-    p.sx_up = reinterpret_cast<float *>(ws + plan.off_sx_up);
+    p.sx_up = given ? x_split->sx : reinterpret_cast<float *>(ws + plan.off_sx_up);
     p.sx_down = reinterpret_cast<float *>(ws + plan.off_sx_down);
     p.gate = reinterpret_cast<float *>(ws + plan.off_gate);
     p.up = reinterpret_cast<float *>(ws + plan.off_up);
@@ -585,7 +596,7 @@ Status run_moe_routed(const moe_routed_plan &plan, const float *x, const int32_t
 
     (void)launch_pdl(moe_routed_group_kernel, 1, GROUP_THREADS, 0, stream, p);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    split();
+    if (!given) split();
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     gemv(false);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());

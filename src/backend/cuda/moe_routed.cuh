@@ -27,6 +27,7 @@
 #include <memory>
 
 #include "backend/cuda/device_info.h"
+#include "backend/cuda/gemv.cuh"
 #include "backend/cuda/moe_decode.cuh"
 #include "core/status.h"
 
@@ -79,9 +80,11 @@ Result<moe_routed_plan> plan_moe_routed(const device_info &dev, const moe_layer 
 // offsets), so the layers of a model can share one workspace, and its error word, per B on one
 // stream. Only fixed-shape
 // kernel launches on `stream`: capturable into a CUDA graph; ids, weights and x may change
-// between replays.
+// between replays. x_split (may be null): x's split as its producer left it (gemv_split, e.g.
+// hc_collapse_norm's, made with the plan's act_block); a plan of B = 1 in official numerics then
+// reads it instead of splitting x per route (one launch fewer, the same bits), others ignore it.
 Status run_moe_routed(const moe_routed_plan &plan, const float *x, const int32_t *ids, const float *weights,
-                      float *out, void *workspace, cudaStream_t stream);
+                      float *out, void *workspace, cudaStream_t stream, const gemv_split *x_split = nullptr);
 
 // Reads and clears the workspace's error word (a synchronous copy on `stream`: outside the
 // captured step). OK, or INVALID_ARGUMENT naming an expert id that is not held, or NOT_SUPPORTED

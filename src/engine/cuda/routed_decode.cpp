@@ -10,7 +10,8 @@ namespace ds41rt::engine::gpu {
 namespace cuda = backend::cuda;
 
 Status routed_decode::run(const device_model &m, int layer, const cuda::moe_layer &moe, const float *x,
-                          const int32_t *ids, const float *wts, int64_t S, int K, float *acc) {
+                          const int32_t *ids, const float *wts, int64_t S, int K, float *acc,
+                          const cuda::gemv_split &x_split) {
     const int64_t D = moe.D;
     for (int64_t r0 = 0; r0 < S; r0 += cuda::MOE_MAX_ROWS) {
         const int B = int(std::min<int64_t>(cuda::MOE_MAX_ROWS, S - r0));
@@ -39,7 +40,7 @@ Status routed_decode::run(const device_model &m, int layer, const cuda::moe_laye
         }
         w.plan = &plan;
         DS41RT_RETURN_IF_ERROR(cuda::run_moe_routed(plan, x + r0 * D, ids + r0 * K, wts + r0 * K, acc + r0 * D,
-                                                    w.mem.as<void>(), m.stream()));
+                                                    w.mem.as<void>(), m.stream(), S == 1 && x_split.xs ? &x_split : nullptr));
     }
     return Status::ok();
 }

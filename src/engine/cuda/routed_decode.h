@@ -26,9 +26,11 @@ namespace ds41rt::engine::gpu {
 class routed_decode {
 public:
     // acc[S, D] = each row's routed-expert sum of x[S, D] (fp32, unrounded), routes ids / wts
-    // [S, K] on the device (the router's output).
+    // [S, K] on the device (the router's output). x_split: x's GEMV split made by its producer
+    // (may be empty; a single row's is read in place of the routed split, run_moe_routed).
     Status run(const device_model &m, int layer, const backend::cuda::moe_layer &moe, const float *x,
-               const int32_t *ids, const float *wts, int64_t S, int K, float *acc);
+               const int32_t *ids, const float *wts, int64_t S, int K, float *acc,
+               const backend::cuda::gemv_split &x_split = {});
     // The same for an EXL3 layer's experts (exl3_moe's form), S <= 16 rows.
     Status run_exl3(const device_model &m, int layer, const std::vector<backend::cuda::exl3_expert_dev> &experts,
                     const backend::cpu::expert_numerics &nm, const float *x, const int32_t *ids, const float *wts,

@@ -891,7 +891,7 @@ private:
             DS41RT_RETURN_IF_ERROR(routed_prefill(*m_, L.moe, x, S, rt.value(), int(c_.n_activated_experts), acc.f()));
         } else {
             DS41RT_RETURN_IF_ERROR(
-                routed_.run(*m_, layer, L.moe, x, ids.as<int32_t>(), wts.f(), S, int(K), acc.f()));
+                routed_.run(*m_, layer, L.moe, x, ids.as<int32_t>(), wts.f(), S, int(K), acc.f(), xsplit));
         }
         DS41RT_RETURN_IF_ERROR(branch.join());
         end();

@@ -585,7 +585,7 @@ private:
             if (!rt) return rt.status();
             DS41RT_RETURN_IF_ERROR(routed_prefill(*m_, L.moe, x, S, rt.value(), int(K), acc.f()));
         } else {
-            DS41RT_RETURN_IF_ERROR(routed_.run(*m_, layer, L.moe, x, ids.as<int32_t>(), wts.f(), S, int(K), acc.f()));
+            DS41RT_RETURN_IF_ERROR(routed_.run(*m_, layer, L.moe, x, ids.as<int32_t>(), wts.f(), S, int(K), acc.f(), xsplit));
         }
         end();
         // The shared expert (its sum with the routed one and that sum's rounding are the
