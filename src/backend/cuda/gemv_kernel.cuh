@@ -43,9 +43,9 @@ constexpr int SMEM_BYTES = WARPS * STAGES * STAGE_BYTES;
 // scales. Loaded per k block from global memory, x was the routed one-token kernel's longest
 // stall at V4.1 C1 (ncu source view: 33% of the warp samples, long scoreboard, on the byte
 // permutes right after x's loads); through the ring six experts' w1 + w3 took 37.4 us against 45.1
-// and the C1 step 3.92 / 3.89 ms against 4.05 / 4.06 (H200, 2026-12-02, session 20 runs 1 and 3).
-// FP8's one-token items keep loading x from global memory: through their rows' padding the same
-// way the step did not move (3.93 / 3.90 ms) and wo_b alone lost 0.7 us.
+// and the C1 step's median 3.94 / 3.92 ms against 4.05 / 4.06 (H200, 2026-12-02, session 20 runs 1
+// and 3). FP8's one-token items keep loading x from global memory: through their rows' padding
+// the same way the step did not move (3.93 / 3.92 ms) and wo_b alone lost 0.7 us.
 struct one_x {
     static constexpr int PAD = PITCH_FP4 - CHUNK, KPS = CHUNK / 16;
     static constexpr int PIECES = KPS * 32 / 16;                        // 16-byte copies of a stage's x

@@ -39,7 +39,7 @@
 // NVFP4: the per-row multipliers) live in a per-job region, at the row's position in its group.
 // At B = 1 in official numerics x's producer may have split it already (run_moe_routed's
 // x_split): every up job then reads that one row, and the split launch is skipped (V4.1 C1, 16
-// layers, H200: 3.96 / 3.91 -> 3.87 / 3.85 ms a step, session 20 run 4).
+// layers, H200: 3.96 / 3.93 -> 3.88 / 3.88 ms median a step, session 20 run 4).
 //
 // Numerics: moe_numerics.cuh (the same source as run_moe_decode's kernels); see moe_decode.cu.
 // Invariants: B <= 16, B * K <= 128, D and I multiples of 32, x 16-byte aligned, out != x.
