@@ -9,6 +9,8 @@
 #                           `ds41rt bench --layers ${LAYERS:-16} --prefill '' ARGS` of that side,
 #                           log $OUT/bench-SIDE-LABEL.log, its decode and roofline lines printed
 #   ab_sections SIDE LABEL  the decode section table of that bench run
+#   ab_profile SIDE         ncu's kernel table of one C1 step of ${PROFILE_LAYERS:-2} layers
+#                           (profile_step.sh), $OUT/kernels-SIDE.txt, its top printed
 set -uo pipefail
 [ -e /work/main/tests/fixtures ] || { mkdir -p /work/main/tests; ln -s "$PWD/tests/fixtures" /work/main/tests/fixtures; }
 export NCCL_NVLS_ENABLE=0
@@ -45,4 +47,10 @@ ab_bench() {
 
 ab_sections() {
   sed -n '/^| section (profiled steps)/,/^$/p' "$W/j-$1-$2/bench.md"
+}
+
+ab_profile() {
+  LAYERS=${PROFILE_LAYERS:-2} LD_LIBRARY_PATH=$NCCL_LIB bash tools/device/profile_step.sh "$W/ps-$1" "$W/$1/d" > /dev/null 2>&1
+  echo "== profile $1 rc=$?"
+  cp "$W/ps-$1/kernels-${MODEL:-v41}.txt" "$OUT/kernels-$1.txt" && head -32 "$OUT/kernels-$1.txt"
 }

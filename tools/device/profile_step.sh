@@ -3,10 +3,13 @@
 # `ds41rt bench` (dummy weights, LAYERS layers, C1), then tools/device/kernel_table.py on the
 # last step (each kernel alone: launch gaps are not in it; the bench's ms/step has them), at the
 # clocks the card runs (--clock-control none: ncu's default locks them to base, inflating times).
-# Usage: tools/device/profile_step.sh OUT [BUILD_DIR] (env LAYERS, default 2; MODEL v41 | v4)
+# Usage: tools/device/profile_step.sh OUT [DIR] (env LAYERS, default 2; MODEL v41 | v4). DIR: a
+# build folder holding dev/ (bundle.sh's layout, default build) or an unpacked ab_bundle.sh
+# bundle's d/ (ds41rt and lib/ in it).
 set -uo pipefail
-OUT=${1:?usage: profile_step.sh OUT [BUILD_DIR]}
-D=${2:-build}/dev
+OUT=${1:?usage: profile_step.sh OUT [DIR]}
+D=${2:-build}
+{ [ -x "$D/ds41rt" ] && [ -d "$D/lib" ]; } || D=$D/dev
 export LD_LIBRARY_PATH="$D/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 mkdir -p "$OUT"
 ncu --clock-control none --graph-profiling node --cache-control none --metrics gpu__time_duration.sum --csv \
