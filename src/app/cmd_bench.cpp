@@ -16,8 +16,10 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 #include "app/commands.h"
 #include "engine/engine.h"
@@ -38,7 +40,7 @@ struct bench_args {
     std::string quant = "official";  // with --model-type: the routed experts' publication
     int layers = -1, context = 128, decode_steps = 16, warmup_steps = 8;
     uint64_t seed = 1;
-    std::string concurrency = "1,4,16", prefill = "512,2048";
+    std::string concurrency = "1,4,16", prefill = "1024,2048,4096,8192,16384,32768";
 };
 
 std::vector<int> parse_list(const std::string &s) {
@@ -79,6 +81,48 @@ step_bytes c1_bytes(const model::model_config &c, const model::dummy_plan &plan)
     return b;
 }
 
+// The weight products of profiled steps (engine::product_times), largest time first, per step
+// (`steps` of them): time, the bytes they must move and their FLOPs, the rates these make, and
+// those rates as fractions of the copy bandwidth and of the dense FP8 matrix rate measured in the
+// same run.
+nlohmann::json products_json(std::vector<engine::op_time> times, int steps, double copy_gbps, std::optional<double> fp8_tflops) {
+    std::sort(times.begin(), times.end(), [](const engine::op_time &x, const engine::op_time &y) { return x.ms > y.ms; });
+    nlohmann::json v = nlohmann::json::array();
+    for (const engine::op_time &t : times) {
+        const double s = t.ms * 1e-3, gbps = s > 0 ? t.bytes / s / 1e9 : 0, tflops = s > 0 ? t.flops / s / 1e12 : 0;
+        nlohmann::json p = {{"name", t.name},
+                            {"calls_per_step", double(t.calls) / steps},
+                            {"ms_per_step", t.ms / steps},
+                            {"bytes_per_step", t.bytes / steps},
+                            {"flops_per_step", t.flops / steps},
+                            {"gbps", gbps},
+                            {"copy_fraction", gbps / copy_gbps},
+                            {"tflops", tflops}};
+        if (fp8_tflops) p["fp8_fraction"] = tflops / *fp8_tflops;
+        v.push_back(p);
+    }
+    return v;
+}
+
+// products_json's rows as a Markdown table, the first `max_rows` of them (a time column in us
+// for decode steps, ms for prefills).
+std::string products_md(const nlohmann::json &products, size_t max_rows, bool us) {
+    std::string md = fmt::format("| product | calls | {} | bytes | GB/s | % of copy | GFLOP | TFLOP/s | % of FP8 rate |\n"
+                                 "|---|---|---|---|---|---|---|---|---|\n",
+                                 us ? "us / step" : "ms");
+    for (size_t i = 0; i < std::min(max_rows, products.size()); i++) {
+        const nlohmann::json &p = products[i];
+        const double b = double(p["bytes_per_step"]);
+        md += fmt::format("| {} | {:g} | {:.1f} | {} | {:.0f} | {:.1f}% | {:.2f} | {:.1f} | {} |\n", std::string(p["name"]),
+                          double(p["calls_per_step"]), double(p["ms_per_step"]) * (us ? 1e3 : 1),
+                          b >= 1e9 ? fmt::format("{:.2f} GB", b / 1e9) : fmt::format("{:.1f} MB", b / 1e6), double(p["gbps"]),
+                          100 * double(p["copy_fraction"]), double(p["flops_per_step"]) / 1e9, double(p["tflops"]),
+                          p.contains("fp8_fraction") ? fmt::format("{:.1f}%", 100 * double(p["fp8_fraction"])) : "-");
+    }
+    if (products.size() > max_rows) md += fmt::format("| ({} more in bench.json) | | | | | | | | |\n", products.size() - max_rows);
+    return md;
+}
+
 int run_bench(const bench_args &a, const std::string &command_line) {
 #ifndef DS41RT_HAVE_CUDA
     (void)a;
@@ -107,6 +151,16 @@ int run_bench(const bench_args &a, const std::string &command_line) {
     if (!copy) return fmt::print(stderr, "bench: {}\n", copy.status().to_string()), 1;
     fmt::print(stderr, "bench: {} ({} SMs), driver CUDA {}, copy {:.0f} GB/s\n", dev->name, dev->sm_count,
                backend::cuda::driver_cuda_version(), copy.value());
+    // The dense matrix rates the products are judged against, measured here as the copy rate is
+    // (a machine without cuBLASLt gets the table without them, and says why).
+    std::optional<double> fp8_tflops, bf16_tflops;
+    for (auto [kind, out, what] : {std::tuple{backend::cuda::matmul_kind::FP8_E4M3, &fp8_tflops, "FP8"},
+                                   std::tuple{backend::cuda::matmul_kind::BF16, &bf16_tflops, "BF16"}}) {
+        auto r = backend::cuda::measure_matmul_tflops(kind);
+        if (r) *out = r.value();
+        fmt::print(stderr, "bench: dense {} matrix rate {}\n", what,
+                   r ? fmt::format("{:.0f} TFLOP/s (cuBLASLt, 8192^3)", r.value()) : "not measured: " + r.status().to_string());
+    }
 
     engine::engine_options opt;
     opt.mode = a.numerics == "official" ? engine::numerics::OFFICIAL : engine::numerics::TRANSFORMERS;
@@ -139,6 +193,8 @@ int run_bench(const bench_args &a, const std::string &command_line) {
     j["numerics"] = a.numerics;
     j["layers"] = c.n_layers;
     j["copy_gbps"] = copy.value();
+    if (fp8_tflops) j["fp8_tflops"] = *fp8_tflops;
+    if (bf16_tflops) j["bf16_tflops"] = *bf16_tflops;
     j["load_s"] = load_s;
 
     std::vector<Tensor> out;
@@ -213,12 +269,13 @@ int run_bench(const bench_args &a, const std::string &command_line) {
             j["c1_sections"] = sec;
             j["c1_sections_ms_per_step"] = total / a.decode_steps;
         }
+        const nlohmann::json products = products_json(eng.product_times(), a.decode_steps, copy.value(), fp8_tflops);
         j["decode"].push_back({{"concurrency", C}, {"ms_per_step", ms}, {"median_ms_per_step", median_ms},
                                {"min_ms_per_step", min_ms}, {"tok_s", C * 1e3 / ms},
                                {"ms_per_layer", ms / c.n_layers}, {"host_issue_ms_per_step", issue_ms},
                                {"eager_ms_per_step", eager_ms}, {"p90_ms_per_step", p90_ms},
                                {"max_ms_per_step", max_ms}, {"step_ms", graph_step_ms}, {"eager_step_ms", eager_step_ms},
-                               {"sections", sec}});
+                               {"sections", sec}, {"products", products}});
         fmt::print(stderr,
                    "bench: decode C{}: {:.2f} ms per step ({:.3f} ms per layer), {:.1f} tok/s; steps median {:.2f}, "
                    "min {:.2f}, p90 {:.2f}, max {:.2f} ms; host issue {:.2f} ms per step; without CUDA graphs {:.2f} ms "
@@ -240,6 +297,7 @@ int run_bench(const bench_args &a, const std::string &command_line) {
         fmt::print(stderr, "bench: C1 reads {:.2f} GB per step ({:.1f} MB per layer): roofline {:.3f} ms, {:.1f}% of it\n",
                    bytes / 1e9, double(b.per_layer_sum) / c.n_layers / 1e6, roof_ms, 100 * roof_ms / c1_step_ms);
     }
+    int prefill_rc = 0;
     for (int P : parse_list(a.prefill)) {
         engine::seq_id s = eng.create_sequence();
         eng.set_profile(true);
@@ -250,10 +308,16 @@ int run_bench(const bench_args &a, const std::string &command_line) {
         Status st = eng.step({{s, tokens(P), engine::logit_rows::LAST}}, &out);
         const double sec = secs(clock::now() - p0);
         eng.free_sequence(s);
-        if (!st.is_ok()) return fmt::print(stderr, "bench: prefill {}: {}\n", P, st.to_string()), 1;
+        if (!st.is_ok()) {  // recorded, and the longer prompts are not tried (out of memory, most likely)
+            fmt::print(stderr, "bench: prefill {}: {}\n", P, st.to_string());
+            j["prefill_failed"] = {{"tokens", P}, {"error", st.to_string()}};
+            prefill_rc = 1;
+            break;
+        }
         nlohmann::json sec_ms = nlohmann::json::object();
         for (auto &t : eng.op_times()) sec_ms[t.name] = t.ms;
-        j["prefill"].push_back({{"tokens", P}, {"seconds", sec}, {"tok_s", P / sec}, {"sections_ms", sec_ms}});
+        j["prefill"].push_back({{"tokens", P}, {"seconds", sec}, {"tok_s", P / sec}, {"sections_ms", sec_ms},
+                                {"products", products_json(eng.product_times(), 1, copy.value(), fp8_tflops)}});
         fmt::print(stderr, "bench: prefill {} tokens: {:.2f} s, {:.0f} tok/s\n", P, sec, P / sec);
     }
 
@@ -264,6 +328,11 @@ int run_bench(const bench_args &a, const std::string &command_line) {
                       "({} weights).\nCommand: `{}`\n\nMeasured copy bandwidth: {:.0f} GB/s. Load: {:.1f} s.\n\n",
                       dev->name, dev->sm_count, backend::cuda::driver_cuda_version(), a.commit, a.numerics,
                       c.n_layers, a.load_format, command_line, copy.value(), load_s);
+    const auto rate = [&](const char *key) {
+        return j.contains(key) ? fmt::format("{:.0f} TFLOP/s", double(j[key])) : std::string("not measured");
+    };
+    md << fmt::format("Measured dense matrix rates (cuBLASLt, 8192^3, random operands): FP8 {}, BF16 {}.\n\n",
+                      rate("fp8_tflops"), rate("bf16_tflops"));
     md << "| concurrency | ms / step | median / min ms | ms / layer | tok/s | host issue ms / step | ms / step "
           "without graphs |\n|---|---|---|---|---|---|---|\n";
     for (auto &d : j["decode"])
@@ -299,6 +368,19 @@ int run_bench(const bench_args &a, const std::string &command_line) {
             md << "\n";
         }
     }
+    // The weight products per kernel: each product's launches (a GEMV; a GEMM with its
+    // pre-passes; a layer's routed experts, five launches) between two events of a profiled
+    // (eager) step, summed over the layers under one label.
+    for (auto &d : j["decode"])
+        if (int(d["concurrency"]) == 1 && !d["products"].empty())
+            md << "\nWeight products of a C1 step (profiled steps, eager; bytes: weights once, plus the input and "
+                  "output rows):\n\n"
+               << products_md(d["products"], 24, true);
+    if (j.contains("prefill"))
+        for (auto &p : j["prefill"])
+            if (!p["products"].empty())
+                md << fmt::format("\nWeight products of the {}-token prefill:\n\n", int(p["tokens"]))
+                   << products_md(p["products"], 16, false);
     if (j.contains("prefill")) {
         md << "\n| prefill tokens | seconds | tok/s | largest sections (ms) |\n|---|---|---|---|\n";
         for (auto &p : j["prefill"]) {
@@ -312,8 +394,11 @@ int run_bench(const bench_args &a, const std::string &command_line) {
                               double(p["tok_s"]), top);
         }
     }
+    if (j.contains("prefill_failed"))
+        md << fmt::format("\nPrefill of {} tokens failed: {}\n", int(j["prefill_failed"]["tokens"]),
+                          std::string(j["prefill_failed"]["error"]));
     fmt::print(stderr, "bench: wrote {}/bench.json and bench.md\n", a.out);
-    return 0;
+    return prefill_rc;
 #endif
 }
 

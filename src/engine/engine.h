@@ -47,11 +47,15 @@ struct engine_options {
 
 using seq_id = int64_t;
 
-// One section of the forward pass as profiled: total milliseconds over `calls` entries.
+// One section of the forward pass as profiled: total milliseconds over `calls` entries. A
+// weight product's entry (product_times) also counts the bytes it must move (its weights once,
+// its input and output rows) and its FLOPs (2 M N K), so a report can set its time against the
+// device's copy bandwidth and matrix rate; sections leave them 0.
 struct op_time {
     std::string name;
     double ms = 0;
     int64_t calls = 0;
+    double bytes = 0, flops = 0;
 };
 
 // Which of an input's rows step() returns logits for: every token's ([n, vocab]), the last
@@ -98,6 +102,11 @@ public:
     // start to its last launch, profiling or not (a step whose host.issue is its whole time is
     // bound by the launches, not by the device).
     virtual std::vector<op_time> op_times() const { return {}; }
+    // The GPU engines, when profiling: every weight product's device time (all it launches: a
+    // GEMV, a GEMM with its pre-passes, a layer's routed experts), summed by its label (the
+    // weights' roles, the kernel family, the rows), with its bytes and FLOPs. Reset and switched
+    // with the sections.
+    virtual std::vector<op_time> product_times() const { return {}; }
     virtual void reset_op_times() {}
     virtual void set_profile(bool) {}
     // GPU engines: replay decode steps' fixed-shape pieces from CUDA graphs (the default) or

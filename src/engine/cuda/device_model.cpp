@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 
 #include "backend/cuda/bf16_gemv.cuh"
@@ -71,9 +72,43 @@ Status start_device(int device, cudaStream_t *stream) {
     return Status::ok();
 }
 
+// A catalog name's role in its layer: "layers.3.attn.wq_a.weight" -> "attn.wq_a". Numbered
+// parts go ("ffn.experts.7.w1" -> "ffn.experts.w1"), and with them the word a layer's or a
+// drafter stage's number follows ("layers.3.", "mtp.0."), so the layers' products add up under
+// one label.
+std::string role_of(const std::string &name) {
+    std::vector<std::string> parts;
+    size_t a = 0;
+    for (size_t b; (b = name.find('.', a)) != std::string::npos; a = b + 1) parts.push_back(name.substr(a, b - a));
+    parts.push_back(name.substr(a));
+    if (parts.size() > 1 && parts.back() == "weight") parts.pop_back();
+    const auto numeric = [](const std::string &p) {
+        return !p.empty() && std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
+    std::string r;
+    for (size_t i = 0; i < parts.size(); i++) {
+        if (numeric(parts[i]) || (i == 0 && parts.size() > 1 && numeric(parts[1]))) continue;
+        r += (r.empty() ? "" : ".") + parts[i];
+    }
+    return r;
+}
+
 }  // namespace
 
 using backend::cpu::lin;
+
+double weight_bytes(const dlinear &L) {
+    const double nk = double(L.N) * double(L.K);
+    switch (L.k) {
+    case dlinear::kind::FP8:
+        return nk + double((L.N + L.bo - 1) / L.bo) * double((L.K + L.bi - 1) / L.bi);
+    case dlinear::kind::MXFP4:
+        return nk / 2 + nk / 32;
+    case dlinear::kind::DENSE:
+        break;
+    }
+    return nk * (L.wd_bf16 ? 2 : 4);
+}
 
 dtemp::dtemp(size_t bytes, cudaStream_t s) : bytes_(bytes), s_(s) {
     if ((p_ = arena_alloc(bytes))) return;
@@ -372,6 +407,7 @@ Result<dlinear> device_model::linear(const std::string &name) {
     dlinear L;
     L.N = int(sh.value()[0]);
     L.K = int(sh.value()[1]);
+    L.role = roles_.insert(role_of(name)).first->c_str();
     if (!w_) {  // dummy weights: filled in the stored format
         auto t = dummy(name);
         if (!t) return t.status();
@@ -742,7 +778,33 @@ Status device_model::run_grouped(const std::vector<grouped_job> &jobs, lin cls) 
     return run_gemv_pieces(pieces);
 }
 
+// The product timer's label of a run_linears call: its weights' roles, their storage and the
+// kernel family the call's first weight takes, the rows.
+std::string device_model::product_label(const std::vector<linear_job> &jobs, int64_t M) const {
+    std::vector<std::string> seen;  // a grouped projection's groups share one role
+    std::string roles;
+    for (const linear_job &j : jobs)
+        if (std::find(seen.begin(), seen.end(), j.L->role) == seen.end()) {
+            seen.push_back(j.L->role);
+            roles += (roles.empty() ? "" : " + ") + std::string(*j.L->role ? j.L->role : "?");
+        }
+    const dlinear &L = *jobs.front().L;
+    const bool gemm = M > GEMV_MAX_ROWS && official_ && prefill_gemm_ && (L.k == dlinear::kind::FP8 || L.wd_bf16);
+    const char *store = L.k == dlinear::kind::FP8 ? "fp8" : L.k == dlinear::kind::MXFP4 ? "mxfp4" : L.wd_bf16 ? "bf16" : "f32";
+    const char *family = gemm ? "gemm" : L.k == dlinear::kind::DENSE ? "dense" : "gemv";
+    return roles + " [" + store + " " + family + ", M " + std::to_string(M) + "]";
+}
+
 Status device_model::run_linears(const std::vector<linear_job> &jobs, int64_t M, lin cls) const {
+    std::optional<section_scope> timed;
+    if (section_timer *t = product_timer(); t && !jobs.empty()) {
+        double bytes = 0, flops = 0;
+        for (const linear_job &j : jobs) {
+            bytes += weight_bytes(*j.L) + double(M) * (j.L->K + j.L->N) * sizeof(float);
+            flops += 2.0 * double(M) * j.L->N * j.L->K;
+        }
+        timed.emplace(*t, product_label(jobs, M), stream_, bytes, flops);
+    }
     const bool quant_x = official_ && (cls == lin::FP8 || cls == lin::FP4);
     const int act_block = cfg_.fp8_block_in;
     std::vector<const linear_job *> gemv_jobs, dense_jobs;

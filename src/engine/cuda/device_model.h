@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/gemv.cuh"
 #include "core/status.h"
+#include "engine/cuda/section_timer.h"
 #include "model/dummy_weights.h"
 #include "model/weights.h"
 
@@ -85,10 +87,16 @@ struct dlinear {
     const void *wd = nullptr;                      // DENSE: bf16 bits or fp32
     bool wd_bf16 = false;
     int N = 0, K = 0, bo = 32, bi = 32;  // FP8 scale grid
+    // The weight's role in its layer ("attn.wq_a": the catalog name without its layer prefix and
+    // ".weight"), the product timer's label; owned by the device_model that loaded it.
+    const char *role = "";
 
     // Rows [r0, r0 + n) of the output dimension (grouped projections). FP8 needs r0 % bo == 0.
     dlinear rows(int r0, int n) const;
 };
+
+// The bytes of L's stored weight (codes and scales), what a product reads of it at least once.
+double weight_bytes(const dlinear &L);
 
 class device_model {
 public:
@@ -110,6 +118,11 @@ public:
         return old;
     }
     bool official() const { return official_; }
+    // Times every weight product launched through this model (run_linears and what builds on
+    // it) on t while t is on, labelled by role, kernel family and rows (null: none). The routed
+    // experts (engine/cuda routed_decode, routed_prefill) time theirs on product_timer() too.
+    void set_product_timer(section_timer *t) { products_ = t; }
+    section_timer *product_timer() const { return products_ && products_->on() ? products_ : nullptr; }
     // OFFICIAL products of more than 16 rows on backend/cuda gemm_fp8 (DS41RT_PREFILL_GEMM=0: off).
     bool prefill_gemm() const { return prefill_gemm_; }
     bool is_dummy() const { return w_ == nullptr; }
@@ -251,6 +264,7 @@ private:
     backend::cuda::gemv_matrix gemv_piece(const linear_job &j, int64_t m0, int64_t M, bool quant_x,
                                           backend::cpu::lin cls) const;
     Status run_gemv_pieces(const std::vector<backend::cuda::gemv_matrix> &pieces) const;
+    std::string product_label(const std::vector<linear_job> &jobs, int64_t M) const;
     // xs / sx as the GEMV split of S rows `width` wide, when OFFICIAL's GEMV can take one there
     // (S <= 16, activation blocks of 32 or 128 dividing the width); otherwise none.
     backend::cuda::gemv_split split_into(uint8_t *xs, float *sx, int64_t S, int64_t width) const;
@@ -272,6 +286,8 @@ private:
     bool prefill_gemm_ = true;  // official FP8 products of more than 16 rows on backend/cuda gemm_fp8
     sync_watch watch_;
     mutable cudaEvent_t sync_ev_ = nullptr;
+    section_timer *products_ = nullptr;
+    std::set<std::string> roles_;  // dlinear::role's strings (a set's nodes never move)
 };
 
 }  // namespace ds41rt::engine::gpu

@@ -1,7 +1,9 @@
 #include "engine/cuda/routed_decode.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/cuda_status.h"
 
@@ -9,10 +11,37 @@ namespace ds41rt::engine::gpu {
 
 namespace cuda = backend::cuda;
 
+namespace {
+
+// The number of distinct experts in ids [S, K] (-1: a dropped pick): the experts whose weights
+// a step reads. Profiled steps only (they run eagerly): the routes come to the host, a
+// synchronisation before the timed launches.
+Result<int64_t> experts_used(const device_model &m, const int32_t *ids, int64_t S, int K) {
+    std::vector<int32_t> h(static_cast<size_t>(S * K));
+    DS41RT_RETURN_IF_ERROR(m.to_host(h.data(), ids, h.size() * sizeof(int32_t)));
+    std::sort(h.begin(), h.end());
+    const auto last = std::unique(h.begin(), h.end());
+    return int64_t(last - std::upper_bound(h.begin(), last, -1));
+}
+
+std::string label(const char *format, int64_t S) {
+    return std::string("ffn.experts [") + format + " routed, B " + std::to_string(S) + "]";
+}
+
+}  // namespace
+
 Status routed_decode::run(const device_model &m, int layer, const cuda::moe_layer &moe, const float *x,
                           const int32_t *ids, const float *wts, int64_t S, int K, float *acc,
                           const cuda::gemv_split &x_split) {
     const int64_t D = moe.D;
+    std::optional<section_scope> timed;
+    if (section_timer *t = m.product_timer()) {
+        auto used = experts_used(m, ids, S, K);
+        if (!used) return used.status();
+        const double nk = double(D) * moe.I, per_matrix = nk / 2 + nk / (moe.nvfp4_experts.empty() ? 32 : 16);
+        timed.emplace(*t, label(moe.nvfp4_experts.empty() ? "mxfp4" : "nvfp4", S), m.stream(),
+                      double(used.value()) * 3 * per_matrix + double(S) * D * 2 * sizeof(float), 2.0 * double(S) * K * 3 * nk);
+    }
     for (int64_t r0 = 0; r0 < S; r0 += cuda::MOE_MAX_ROWS) {
         const int B = int(std::min<int64_t>(cuda::MOE_MAX_ROWS, S - r0));
         auto it = plans_.find({layer, B});
@@ -50,6 +79,19 @@ Status routed_decode::run_exl3(const device_model &m, int layer, const std::vect
                                const float *wts, int64_t S, int K, float *acc) {
     if (S < 1 || S > cuda::MOE_MAX_ROWS)
         return Status::internal("layer " + std::to_string(layer) + ": EXL3 routed decode of " + std::to_string(S) + " rows");
+    std::optional<section_scope> timed;
+    if (section_timer *t = m.product_timer(); t && !experts.empty()) {
+        auto used = experts_used(m, ids, S, K);
+        if (!used) return used.status();
+        double per_expert = 0, flops = 0;  // trellis codes (k bits a weight) and the two sign vectors
+        for (const cuda::exl3_linear_dev *w : {&experts[0].w1, &experts[0].w2, &experts[0].w3}) {
+            per_expert += double(w->in) * double(w->out) * w->k / 8 + double(w->in + w->out) * 2;
+            flops += 2.0 * double(S) * K * double(w->in) * double(w->out);
+        }
+        const double D = m.config().dim;
+        timed.emplace(*t, label("exl3", S), m.stream(), double(used.value()) * per_expert + double(S) * D * 2 * sizeof(float),
+                      flops);
+    }
     return exl3_.run(m.device(), layer, experts, nm, m.config().dim, int(S), K, x, ids, wts, acc, m.stream());
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,7 +32,22 @@ namespace {
 // slices and counters), zeroed before each run: the next run's layout is its own.
 constexpr size_t RUN_MATS = 96;
 
-Status run_nvfp4(const device_model &m, const std::vector<cuda::nvfp4_matrix> &mats) {
+Status run_nvfp4(const device_model &m, const std::vector<cuda::nvfp4_matrix> &mats, const char *what) {
+    std::optional<section_scope> timed;
+    if (section_timer *t = m.product_timer(); t && !mats.empty()) {
+        double bytes = 0, flops = 0;  // each weight once (E2M1 codes, an E4M3 scale per 16)
+        int64_t rows = 0;
+        std::set<const void *> weights;
+        for (const cuda::nvfp4_matrix &a : mats) {
+            const double nk = double(a.N) * a.K;
+            bytes += (weights.insert(a.w).second ? nk / 2 + nk / 16 : 0) + double(a.M) * (a.K + a.N) * sizeof(float);
+            flops += 2.0 * a.M * nk;
+            rows += a.M;
+        }
+        timed.emplace(*t, std::string(what) + " [nvfp4 gemv pieces, " + std::to_string(mats.size()) + " pieces, " +
+                              std::to_string(rows) + " rows]",
+                      m.stream(), bytes, flops);
+    }
     std::vector<cuda::nvfp4_gemv_plan> plans;
     size_t bytes = 256;
     for (size_t i = 0; i < mats.size(); i += RUN_MATS) {
@@ -64,11 +81,25 @@ int64_t grouped_min_rows() {
 // average); else, or where that kernel cannot run, the GEMV pieces (run_grouped). The same
 // numerics class either way (x fake-quantized per fp8_block_in, exact products, bf16 outputs),
 // another fp32 summation order.
-Status run_experts(const device_model &m, const std::vector<device_model::grouped_job> &jobs, const float *x, int64_t R) {
+// what: the projection's name in the product timer's label.
+Status run_experts(const device_model &m, const std::vector<device_model::grouped_job> &jobs, const float *x, int64_t R,
+                   const char *what) {
     if (jobs.empty()) return Status::ok();
     int64_t rows = 0;
     for (const device_model::grouped_job &j : jobs) rows += j.M;
-    if (m.official() && m.prefill_gemm() && rows >= grouped_min_rows() * int64_t(jobs.size())) {
+    const bool grouped = m.official() && m.prefill_gemm() && rows >= grouped_min_rows() * int64_t(jobs.size());
+    std::optional<section_scope> timed;
+    if (section_timer *t = m.product_timer()) {
+        double bytes = 0, flops = 0;
+        for (const device_model::grouped_job &j : jobs) {
+            bytes += weight_bytes(*j.L) + double(j.M) * (j.L->K + j.L->N) * sizeof(float);
+            flops += 2.0 * double(j.M) * j.L->N * j.L->K;
+        }
+        timed.emplace(*t, std::string(what) + " [mxfp4 " + (grouped ? "grouped gemm" : "gemv pieces") + ", " +
+                              std::to_string(jobs.size()) + " matrices, " + std::to_string(rows) + " rows]",
+                      m.stream(), bytes, flops);
+    }
+    if (grouped) {
         cuda::gemm_fp8_grouped_args a;
         a.x = x, a.R = R, a.K = jobs[0].L->K, a.N = jobs[0].L->N, a.fp4 = true;
         a.act_block = m.config().fp8_block_in, a.round_bf16 = true;
@@ -144,9 +175,9 @@ Status routed_prefill(const device_model &m, const cuda::moe_layer &moe, const f
             }
         }
         DS41RT_RETURN_IF_ERROR(cuda::gather_rows(x, idx_d->as<int32_t>(), R, D, xg.f(), st));
-        DS41RT_RETURN_IF_ERROR(run_nvfp4(m, up));
+        DS41RT_RETURN_IF_ERROR(run_nvfp4(m, up, "ffn.experts.w1 + ffn.experts.w3"));
         DS41RT_RETURN_IF_ERROR(cuda::nvfp4_swiglu_rows(g.f(), u.f(), after ? nullptr : w_d->f(), g.f(), R, I, moe.swiglu_limit, st));
-        DS41RT_RETURN_IF_ERROR(run_nvfp4(m, down));
+        DS41RT_RETURN_IF_ERROR(run_nvfp4(m, down, "ffn.experts.w2"));
         return cuda::sum_routes(acc, ye.f(), pos_d->as<int32_t>(), after ? w_d->f() : nullptr, S, int(K), D, false, st);
     }
     std::vector<dlinear> ws(static_cast<size_t>(3 * E));
@@ -167,10 +198,10 @@ Status routed_prefill(const device_model &m, const cuda::moe_layer &moe, const f
         down.push_back({&w2, g.f() + f * I, ye.f() + f * D, n});
     }
     DS41RT_RETURN_IF_ERROR(cuda::gather_rows(x, idx_d->as<int32_t>(), R, D, xg.f(), st));
-    DS41RT_RETURN_IF_ERROR(run_experts(m, up, xg.f(), R));
+    DS41RT_RETURN_IF_ERROR(run_experts(m, up, xg.f(), R, "ffn.experts.w1 + ffn.experts.w3"));
     DS41RT_RETURN_IF_ERROR(
         cuda::swiglu_rows(g.f(), u.f(), after ? nullptr : w_d->f(), g.f(), R, I, moe.swiglu_limit, official, st));
-    DS41RT_RETURN_IF_ERROR(run_experts(m, down, g.f(), R));
+    DS41RT_RETURN_IF_ERROR(run_experts(m, down, g.f(), R, "ffn.experts.w2"));
     return cuda::sum_routes(acc, ye.f(), pos_d->as<int32_t>(), after ? w_d->f() : nullptr, S, int(K), D, official, st);
 }
 

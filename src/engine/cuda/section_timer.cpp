@@ -19,19 +19,19 @@ cudaEvent_t section_timer::event() {
     return e;
 }
 
-void section_timer::begin(const char *name, cudaStream_t s) {
+void section_timer::begin(std::string name, cudaStream_t s, double bytes, double flops) {
     if (!on_) return;
-    open_section o{name, event(), event()};
+    open_section o{std::move(name), event(), event(), bytes, flops};
     cudaEventRecord(o.start, s);
     stack_.push_back(o);
 }
 
 void section_timer::end(cudaStream_t s) {
     if (!on_ || stack_.empty()) return;
-    open_section o = stack_.back();
+    open_section o = std::move(stack_.back());
     stack_.pop_back();
     cudaEventRecord(o.stop, s);
-    closed_.push_back(o);
+    closed_.push_back(std::move(o));
 }
 
 void section_timer::collect() {
@@ -45,6 +45,8 @@ void section_timer::collect() {
             t.name = o.name;
             t.ms += ms;
             t.calls++;
+            t.bytes += o.bytes;
+            t.flops += o.flops;
         } else {
             (void)cudaGetLastError();
         }

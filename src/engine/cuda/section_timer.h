@@ -1,13 +1,15 @@
 // Device time of named sections of a forward pass (engine_options::profile): a pair of CUDA
 // events around each section, read back once the step has synchronised. Sections may repeat
-// (per layer); their times add up under one name. Off, it costs nothing (host times, one clock
-// read per step, are kept either way).
+// (per layer); their times add up under one name, and so do the bytes and FLOPs a section is
+// given (the weight products' timer, device_model::set_product_timer). Off, it costs nothing
+// (host times, one clock read per step, are kept either way).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.h"
@@ -21,8 +23,9 @@ public:
     section_timer(const section_timer &) = delete;
     section_timer &operator=(const section_timer &) = delete;
 
-    // Marks the start of `name` on stream s; end() closes the innermost open section.
-    void begin(const char *name, cudaStream_t s);
+    // Marks the start of `name` on stream s; end() closes the innermost open section. bytes and
+    // flops are added to the name's totals once the section is collected.
+    void begin(std::string name, cudaStream_t s, double bytes = 0, double flops = 0);
     void end(cudaStream_t s);
     // Adds the closed sections' times (after the stream has synchronised) and recycles events.
     void collect();
@@ -35,8 +38,9 @@ public:
 
 private:
     struct open_section {
-        const char *name;
+        std::string name;
         cudaEvent_t start, stop;
+        double bytes, flops;
     };
     cudaEvent_t event();
     bool on_;
@@ -48,7 +52,12 @@ private:
 // begin() on construction, end() on scope exit.
 class section_scope {
 public:
-    section_scope(section_timer &t, const char *name, cudaStream_t s) : t_(t), s_(s) { t_.begin(name, s); }
+    section_scope(section_timer &t, std::string name, cudaStream_t s, double bytes = 0, double flops = 0)
+        : t_(t), s_(s) {
+        t_.begin(std::move(name), s, bytes, flops);
+    }
+    section_scope(const section_scope &) = delete;
+    section_scope &operator=(const section_scope &) = delete;
     ~section_scope() { t_.end(s_); }
 
 private:

@@ -144,7 +144,8 @@ public:
     v41_gpu(std::unique_ptr<device_model> m, engram_hasher h, bool has_engram, bool profile,
             const experts::remote_layout &remote)
         : m_(std::move(m)), c_(m_->config()), hasher_(std::move(h)), has_engram_(has_engram),
-          official_(m_->official()), layout_(remote), prof_(profile) {
+          official_(m_->official()), layout_(remote), prof_(profile), products_(profile) {
+        m_->set_product_timer(&products_);
         if (const char *e = std::getenv("DS41RT_BATCHED_SELECT")) batched_select_ = std::string(e) != "0";
         if (const char *e = std::getenv("DS41RT_DEVICE_KEY_LISTS")) device_key_lists_ = std::string(e) != "0";
         if (layout_.any_remote()) remote_ = std::make_unique<experts::remote_experts>(layout_, c_.dim);
@@ -283,8 +284,9 @@ public:
 
     const model::model_config &config() const override { return c_; }
     std::vector<op_time> op_times() const override { return prof_.times(); }
-    void reset_op_times() override { prof_.reset(); }
-    void set_profile(bool on) override { prof_.set_on(on); }
+    std::vector<op_time> product_times() const override { return products_.times(); }
+    void reset_op_times() override { prof_.reset(), products_.reset(); }
+    void set_profile(bool on) override { prof_.set_on(on), products_.set_on(on); }
     void set_cuda_graphs(bool on) override { buckets_.set_on(on); }
 
     seq_dev new_state() const override {
@@ -1045,6 +1047,7 @@ private:
         DS41RT_RETURN_IF_ERROR(R > 0 ? m_->to_host(logits, lg->f(), size_t(R * V) * sizeof(float)) : m_->sync());
         DS41RT_RETURN_IF_ERROR(routed_.check(*m_));
         prof_.collect();
+        products_.collect();
         for (size_t i = 0; i < B.seq.size(); i++) B.seq[i]->len += B.n[i];
         return Status::ok();
     }
@@ -1079,6 +1082,7 @@ private:
     std::unique_ptr<no_nccl> nccl_;  // never set: no NCCL in this build
 #endif
     mutable section_timer prof_;
+    mutable section_timer products_;  // the weight products' times (device_model::set_product_timer)
     mutable side_branch side_;      // the shared expert's branch (moe); the kv row's (attention)
     mutable side_branch mix_side_;  // an mHC site's mixes, beside its collapse and sublayer
     mutable step_buckets buckets_;

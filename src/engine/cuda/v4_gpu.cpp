@@ -113,7 +113,8 @@ using step_rows = gpu::step_rows<seq_dev>;
 class v4_gpu final : public cpu_engine<seq_dev> {
 public:
     v4_gpu(std::unique_ptr<device_model> m, bool profile)
-        : m_(std::move(m)), c_(m_->config()), official_(m_->official()), prof_(profile) {
+        : m_(std::move(m)), c_(m_->config()), official_(m_->official()), prof_(profile), products_(profile) {
+        m_->set_product_timer(&products_);
         if (const char *e = std::getenv("DS41RT_DEVICE_KEY_LISTS")) device_key_lists_ = std::string(e) != "0";
     }
     // The sequences' device state is freed on the model's stream, which must outlive it.
@@ -248,8 +249,9 @@ public:
 
     const model::model_config &config() const override { return c_; }
     std::vector<op_time> op_times() const override { return prof_.times(); }
-    void reset_op_times() override { prof_.reset(); }
-    void set_profile(bool on) override { prof_.set_on(on); }
+    std::vector<op_time> product_times() const override { return products_.times(); }
+    void reset_op_times() override { prof_.reset(), products_.reset(); }
+    void set_profile(bool on) override { prof_.set_on(on), products_.set_on(on); }
     void set_cuda_graphs(bool on) override { buckets_.set_on(on); }
 
     seq_dev new_state() const override {
@@ -697,6 +699,7 @@ private:
         DS41RT_RETURN_IF_ERROR(R > 0 ? m_->to_host(logits, lg->f(), size_t(R * V) * sizeof(float)) : m_->sync());
         DS41RT_RETURN_IF_ERROR(routed_.check(*m_));
         prof_.collect();
+        products_.collect();
         for (size_t i = 0; i < B.seq.size(); i++) B.seq[i]->len += B.n[i];
         return Status::ok();
     }
@@ -712,6 +715,7 @@ private:
     int n_pairs_ = 0;
     std::vector<layer_dev> layers_;
     mutable section_timer prof_;
+    mutable section_timer products_;  // the weight products' times (device_model::set_product_timer)
     mutable side_branch side_;  // the shared expert's branch (moe)
     mutable step_buckets buckets_;
     mutable routed_decode routed_;
