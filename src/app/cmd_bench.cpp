@@ -38,7 +38,7 @@ namespace {
 struct bench_args {
     std::string model, model_type, load_format = "dummy", numerics = "official", out = ".", commit = "unknown";
     std::string quant = "official";  // with --model-type: the routed experts' publication
-    int layers = -1, context = 128, decode_steps = 16, warmup_steps = 8;
+    int layers = -1, context = 128, decode_steps = 16, warmup_steps = 8, prefill_chunk = 8192;
     uint64_t seed = 1;
     std::string concurrency = "1,4,16", prefill = "1024,2048,4096,8192,16384,32768";
 };
@@ -300,12 +300,22 @@ int run_bench(const bench_args &a, const std::string &command_line) {
     int prefill_rc = 0;
     for (int P : parse_list(a.prefill)) {
         engine::seq_id s = eng.create_sequence();
+        const std::vector<int32_t> ids = tokens(P);
+        const int chunk = a.prefill_chunk > 0 ? a.prefill_chunk : P;
         eng.set_profile(true);
         eng.reset_op_times();
         auto p0 = clock::now();
-        // The last row's logits, as the server asks for a prompt (the head over every prompt row
-        // was up to a tenth of a long prefill until session 6).
-        Status st = eng.step({{s, tokens(P), engine::logit_rows::LAST}}, &out);
+        // In steps of at most `chunk` tokens, as the server feeds a prompt; the last row's logits
+        // only, as the server asks for them (the head over every prompt row was up to a tenth of a
+        // long prefill until session 6).
+        Status st;
+        for (int done = 0; done < P && st.is_ok();) {
+            const int n = std::min(chunk, P - done);
+            st = eng.step({{s, std::vector<int32_t>(ids.begin() + done, ids.begin() + done + n),
+                            done + n == P ? engine::logit_rows::LAST : engine::logit_rows::NONE}},
+                          &out);
+            done += n;
+        }
         const double sec = secs(clock::now() - p0);
         eng.free_sequence(s);
         if (!st.is_ok()) {  // recorded, and the longer prompts are not tried (out of memory, most likely)
@@ -316,9 +326,9 @@ int run_bench(const bench_args &a, const std::string &command_line) {
         }
         nlohmann::json sec_ms = nlohmann::json::object();
         for (auto &t : eng.op_times()) sec_ms[t.name] = t.ms;
-        j["prefill"].push_back({{"tokens", P}, {"seconds", sec}, {"tok_s", P / sec}, {"sections_ms", sec_ms},
+        j["prefill"].push_back({{"tokens", P}, {"chunk", std::min(chunk, P)}, {"seconds", sec}, {"tok_s", P / sec}, {"sections_ms", sec_ms},
                                 {"products", products_json(eng.product_times(), 1, copy.value(), fp8_tflops)}});
-        fmt::print(stderr, "bench: prefill {} tokens: {:.2f} s, {:.0f} tok/s\n", P, sec, P / sec);
+        fmt::print(stderr, "bench: prefill {} tokens ({} a step): {:.2f} s, {:.0f} tok/s\n", P, std::min(chunk, P), sec, P / sec);
     }
 
     std::filesystem::create_directories(a.out);
@@ -379,10 +389,11 @@ int run_bench(const bench_args &a, const std::string &command_line) {
     if (j.contains("prefill"))
         for (auto &p : j["prefill"])
             if (!p["products"].empty())
-                md << fmt::format("\nWeight products of the {}-token prefill:\n\n", int(p["tokens"]))
+                md << fmt::format("\nWeight products of the {}-token prefill ({} tokens a step):\n\n", int(p["tokens"]),
+                                  int(p["chunk"]))
                    << products_md(p["products"], 16, false);
     if (j.contains("prefill")) {
-        md << "\n| prefill tokens | seconds | tok/s | largest sections (ms) |\n|---|---|---|---|\n";
+        md << "\n| prefill tokens | tokens a step | seconds | tok/s | largest sections (ms) |\n|---|---|---|---|---|\n";
         for (auto &p : j["prefill"]) {
             std::vector<std::pair<double, std::string>> v;
             for (auto &[k, ms] : p["sections_ms"].items()) v.push_back({double(ms), k});
@@ -390,7 +401,7 @@ int run_bench(const bench_args &a, const std::string &command_line) {
             std::string top;
             for (size_t i = 0; i < std::min<size_t>(4, v.size()); i++)
                 top += fmt::format("{}{} {:.0f}", i ? ", " : "", v[i].second, v[i].first);
-            md << fmt::format("| {} | {:.2f} | {:.0f} | {} |\n", int(p["tokens"]), double(p["seconds"]),
+            md << fmt::format("| {} | {} | {:.2f} | {:.0f} | {} |\n", int(p["tokens"]), int(p["chunk"]), double(p["seconds"]),
                               double(p["tok_s"]), top);
         }
     }
@@ -426,6 +437,9 @@ void register_bench(CLI::App &app, command_list &cmds) {
         ->check(CLI::Range(0, 1000));
     sub->add_option("--concurrency", args->concurrency, "comma-separated decode concurrencies");
     sub->add_option("--prefill", args->prefill, "comma-separated prefill prompt lengths (empty: none)");
+    sub->add_option("--prefill-chunk", args->prefill_chunk,
+                    "most prompt tokens a prefill step takes, as serve's --prefill-chunk (0: the whole prompt in one step)")
+        ->check(CLI::Range(0, 1 << 20));
     sub->add_option("--seed", args->seed, "dummy weights and token ids");
     sub->add_option("--commit", args->commit, "commit label recorded in the report");
     sub->add_option("--out", args->out, "directory for bench.json and bench.md");

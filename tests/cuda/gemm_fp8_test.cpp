@@ -268,6 +268,44 @@ TEST_F(CudaGemmFp8, exact_x) {
     }
 }
 
+// exact_x over an x whose values are all BF16 values (official numerics' activations, e.g. wo_a's
+// attention output): the kernel sums x's hi piece only (the pre-pass found every mid and lo piece
+// zero). Against matmul_nt as above, and bit for bit the three-piece sums: one non-BF16 value in
+// the last row makes the launch sum every piece, and the other rows keep their bits (rows are
+// independent). FP8 and plain BF16 weights.
+TEST_F(CudaGemmFp8, exact_x_of_bf16_values_sums_one_piece_with_the_same_bits) {
+    if (!cuda::gemm_fp8_kernel_usable(dev_, cuda::gemm_fp8_kernel::WGMMA)) GTEST_SKIP() << "exact_x needs the wgmma kernel";
+    const int M = 300, N = 1024, K = 4096;
+    std::vector<float> x = make_x(M, K, 31);
+    for (float &v : x) v = round_bf16(v);
+    for (bool bf16_weight : {false, true}) {
+        testing_util::quant_weight q = testing_util::random_fp8_block(N, K, 32, 32, 32);
+        if (bf16_weight) {  // the FP8 weight's values as plain BF16 (exact)
+            q.w.resize(size_t(N) * K * 2);
+            for (size_t i = 0; i < q.dequant.size(); i++) {
+                const uint16_t b = f32_to_bf16(q.dequant[i]);
+                std::memcpy(q.w.data() + 2 * i, &b, 2);
+            }
+        }
+        spec s{false, M, N, K, 32, 32};
+        s.kernel = cuda::gemm_fp8_kernel::WGMMA;
+        const std::string what = std::string(bf16_weight ? "bf16 weight, " : "") + "bf16 x " + s.what();
+        gpu_case one(dev_, s, q, x);
+        one.args().exact_x = true, one.args().bf16_weight = bf16_weight;
+        one.size_workspace();
+        check_unquantized_x(one, x, q, what);
+        const std::vector<float> y_one = one.run();
+        std::vector<float> x3 = x;
+        x3[size_t(M - 1) * K] = std::nextafter(x3[size_t(M - 1) * K], 1e30f);  // no BF16 value: a lo piece
+        gpu_case three(dev_, s, q, x3);
+        three.args().exact_x = true, three.args().bf16_weight = bf16_weight;
+        three.size_workspace();
+        check_unquantized_x(three, x3, q, "three pieces, " + what);
+        const std::vector<float> y_three = three.run();
+        EXPECT_EQ(std::memcmp(y_one.data(), y_three.data(), size_t(M - 1) * N * 4), 0) << what << ": rows 0..M-2 differ";
+    }
+}
+
 // y rounded to bf16 where it is stored (round_bf16) is, bit for bit, the unrounded y rounded on
 // the host, on each kernel: the rounding comes after the same sums.
 TEST_F(CudaGemmFp8, round_bf16_output) {

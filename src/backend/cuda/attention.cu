@@ -551,7 +551,17 @@ Result<void *> stream_workspace(size_t bytes, cudaStream_t stream) {
                                         " bytes; pass attention_batch::workspace or run the shape once first");
     const size_t grow = std::max(bytes, 2 * have);
     void *fresh = nullptr;
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&fresh, grow));
+    if (cudaMalloc(&fresh, grow) != cudaSuccess) {
+        // The stream-ordered pool may hold freed memory back for reuse (a prefill's temporaries,
+        // engine/cuda device_model keeps up to 8 GiB): once its pending frees are done, hand
+        // that back and try once more.
+        (void)cudaGetLastError();
+        cudaMemPool_t pool = nullptr;
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, dev));
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaMemPoolTrimTo(pool, 0));
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaMalloc(&fresh, grow));
+    }
     ptr = fresh, have = grow;
     return ptr;
 }

@@ -16,8 +16,13 @@
 //   for groups) and already in the 128-byte swizzle wgmma reads (16-byte chunk c of row r at chunk
 //   c ^ (r % 8)), so a stage's x is one 16 KB (groups: 32 KB) bulk copy (cp.async.bulk on the
 //   stage's mbarrier). With exact_x (the
-//   BF16 class: x not quantized) x's three BF16 pieces hi, mid, lo fill three K segments, against
-//   which the weight image repeats: 3x the MMA work, every product exact.
+//   BF16 class: x not quantized) x's three BF16 pieces hi, mid, lo fill three K segments, each
+//   against the same weight image (read again, written once): 3x the MMA work, every product
+//   exact. Where every mid and lo piece is zero (x already a BF16 value: in official numerics
+//   every activation a BF16-class product reads, e.g. wo_a's attention output), the pre-pass says
+//   so in a flag word and the kernel sums the hi segment only: the same bits (the skipped
+//   segments' partials are zeros; a NaN or infinite weight already makes the hi segment's sum
+//   NaN or infinite, as 0 x inf does there too) for a third of the MMA work.
 // - the weight, one product (IMAGE): a second pre-pass writes it dequantized (a plain BF16 weight:
 //   copied) as the same kind of image (256-row tiles), a 32 KB bulk copy a stage; 4 stages.
 //   Measured fastest for the dense products (wq_b 397 TFLOP/s with the pre-passes; decoding in the
@@ -117,6 +122,10 @@ struct params {
     job one;
     int64_t implicit_rows = 0;
     int64_t kp;
+    int64_t kseg;  // K rounded up to BK: one segment of x's image, and the weight image's K
+    // exact_x: the pre-pass's flag word, nonzero when a mid or lo piece of x is not zero; the
+    // kernel sums the first K segment only while it is zero. Null: every segment.
+    const uint32_t *rest_nonzero = nullptr;
     int N, K;
     int lbo, lbi, scols;  // FP8 scale grid: log2 of its block sizes (powers of two), its columns
     bool round_bf16;
@@ -169,7 +178,7 @@ __device__ __forceinline__ uint32_t bf16_piece(float v, int piece) {
 // repeats. One thread per 4 channels. Bytes: rows K 4 read, tiles bm Kp 2 written. No table
 // (tiles null): rows [0, rows) in order. bm: the tiles' rows (BM, or GBM for groups).
 __global__ void x_image_kernel(const float *x, const x_tile *tiles, int64_t rows, int64_t n_tiles, int bm, int K, int64_t kseg,
-                               int pieces, int lanes, uint8_t *xi) {
+                               int pieces, int lanes, uint8_t *xi, uint32_t *rest_nonzero) {
     const int64_t kp = kseg * pieces, per_row = kp / 4, total = n_tiles * bm * per_row;
     const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= total) return;  // total is a multiple of 32 (kp % 64 == 0): whole warps leave together
@@ -191,6 +200,7 @@ __global__ void x_image_kernel(const float *x, const x_tile *tiles, int64_t rows
         }
     } else if (live) {
         o.x = bf16_piece(v.x, piece) | bf16_piece(v.y, piece) << 16, o.y = bf16_piece(v.z, piece) | bf16_piece(v.w, piece) << 16;
+        if (piece > 0 && ((o.x | o.y) & 0x7fff7fffu) && rest_nonzero) atomicOr(rest_nonzero, 1u);
     }
     const int kk = kq % BK;
     *reinterpret_cast<uint2 *>(xi + ((tile * (kp / BK) + kq / BK) * bm + r) * 128 + ((((kk >> 3) ^ r) & 7) << 4) + (kk & 7) * 2) =
@@ -200,14 +210,14 @@ __global__ void x_image_kernel(const float *x, const x_tile *tiles, int64_t rows
 // One weight dequantized to BF16 (exact: a code times a power of two; a BF16 weight as it is) as
 // the operand image of 256-row tiles (the layout x_image_kernel writes), zeros in the padding; 8 k
 // (one 16-byte chunk) per thread. Bytes: N K (1 FP8, 0.5 MXFP4, 2 BF16) + N K / 32 scales read,
-// Np Kp 2 written.
+// Np Kp 2 written (Kp: K rounded up to BK; x's pieces all read this one image).
 __global__ void w_image_kernel(const uint8_t *w, const uint8_t *scale, bool fp4, bool bf16, int N, int K, int bo, int bi,
-                               int64_t np, int64_t kseg, int pieces, uint8_t *wi) {
-    const int64_t kp = kseg * pieces, per_row = kp / 8;
+                               int64_t np, int64_t kp, uint8_t *wi) {
+    const int64_t per_row = kp / 8;
     const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= np * per_row) return;
     const int64_t n = t / per_row;
-    const int kq = int(t % per_row) * 8, k = int(kq % kseg);  // the weight repeats in every K segment
+    const int k = int(t % per_row) * 8;
     uint32_t o[4] = {0, 0, 0, 0};
     if (bf16 && n < N && k < K) {
         const uint4 p = *reinterpret_cast<const uint4 *>(w + (n * K + k) * 2);
@@ -227,8 +237,8 @@ __global__ void w_image_kernel(const uint8_t *w, const uint8_t *scale, bool fp4,
         for (int i = 0; i < 4; i++) o[i] = uint32_t(dev::bf16_bits(v[2 * i])) | uint32_t(dev::bf16_bits(v[2 * i + 1])) << 16;
     }
     const int64_t tile = n / BN;
-    const int r = int(n % BN), kk = kq % BK;
-    *reinterpret_cast<uint4 *>(wi + ((tile * (kp / BK) + kq / BK) * BN + r) * 128 + ((((kk >> 3) ^ r) & 7) << 4)) =
+    const int r = int(n % BN), kk = k % BK;
+    *reinterpret_cast<uint4 *>(wi + ((tile * (kp / BK) + k / BK) * BN + r) * 128 + ((((kk >> 3) ^ r) & 7) << 4)) =
         make_uint4(o[0], o[1], o[2], o[3]);
 }
 
@@ -445,7 +455,9 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
     uint8_t *raw_ring = smem + STAGES * STAGE_BYTES;
     uint64_t *full = reinterpret_cast<uint64_t *>(raw_ring + RAW * RAW_BYTES), *empty = full + STAGES;
     const int tid = threadIdx.x, lane = tid & 31;
-    const int KT = int(P.kp / BK);
+    // Every thread reads the flag (the pre-pass before this launch wrote it), so the loaders and
+    // the MMA warps agree on the stage count.
+    const int KT = int((P.rest_nonzero && *P.rest_nonzero == 0 ? P.kseg : P.kp) / BK), KW = int(P.kseg / BK);
     const job J = job_of(P, blockIdx.x);
     const uint32_t n0 = blockIdx.y * uint32_t(TN);
     if (tid == 0) {
@@ -465,14 +477,14 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
         const uint8_t *xa = P.xi + int64_t(J.xt) * KT * AB;
         if constexpr (MODE == IMAGE) {  // one lane streams both operands' tiles
             if (lt == 0) {
-                const uint8_t *wa = P.wi + int64_t(blockIdx.y) * KT * B_BYTES;
+                const uint8_t *wa = P.wi + int64_t(blockIdx.y) * KW * B_BYTES;
                 for (int kt = 0; kt < KT; kt++) {
                     const int s = kt % STAGES;
                     if (kt >= STAGES) mbar_wait(&empty[s], uint32_t(kt / STAGES - 1) & 1);
                     uint8_t *st = smem + s * STAGE_BYTES;
                     mbar_arrive_expect_tx(&full[s], STAGE_BYTES);
                     bulk_copy(st, xa + int64_t(kt) * A_BYTES, A_BYTES, &full[s]);
-                    bulk_copy(st + A_BYTES, wa + int64_t(kt) * B_BYTES, B_BYTES, &full[s]);
+                    bulk_copy(st + A_BYTES, wa + int64_t(kt % KW) * B_BYTES, B_BYTES, &full[s]);  // one image for every piece
                 }
             }
         } else {  // every loader decodes its share of the weight; one lane also copies x
@@ -577,8 +589,8 @@ bool fits(const gemm_fp8_grouped_args &a) {
 }
 
 size_t workspace_bytes(const gemm_fp8_grouped_args &a) {
-    if (single(a))
-        return size_t((round_up(a.groups[0].rows, BM) + round_up(a.N, BN)) * round_up(a.K, BK) * (a.exact_x ? 3 : 1) * 2);
+    if (single(a))  // x's image (its pieces), the weight's, the flag word
+        return size_t((round_up(a.groups[0].rows, BM) * (a.exact_x ? 3 : 1) + round_up(a.N, BN)) * round_up(a.K, BK) * 2 + 256);
     return layout_of(a, tables_of(a)).total;
 }
 
@@ -587,7 +599,8 @@ Status run(const gemm_fp8_grouped_args &a, void *workspace, cudaStream_t stream)
     params P;
     const int pieces = a.exact_x ? 3 : 1;
     const int64_t kseg = round_up(a.K, BK);
-    P.xi = ws, P.kp = kseg * pieces;
+    P.xi = ws, P.kp = kseg * pieces, P.kseg = kseg;
+    uint32_t *rest_nonzero = nullptr;
     P.N = a.N, P.K = a.K, P.lbo = __builtin_ctz(unsigned(a.block_out)), P.lbi = __builtin_ctz(unsigned(a.block_in));
     P.scols = (a.K + a.block_in - 1) / a.block_in;
     P.round_bf16 = a.round_bf16;
@@ -600,10 +613,15 @@ Status run(const gemm_fp8_grouped_args &a, void *workspace, cudaStream_t stream)
         P.implicit_rows = g.rows;
         uint8_t *wi = ws + n_tiles * BM * P.kp * 2;
         const int64_t np = round_up(a.N, BN);
-        w_image_kernel<<<blocks_for(np * P.kp / 8), PREP_THREADS, 0, stream>>>(g.w, g.scale, a.fp4, a.bf16_weight, a.N, a.K,
-                                                                               a.block_out, a.block_in, np, kseg, pieces, wi);
+        w_image_kernel<<<blocks_for(np * kseg / 8), PREP_THREADS, 0, stream>>>(g.w, g.scale, a.fp4, a.bf16_weight, a.N, a.K,
+                                                                               a.block_out, a.block_in, np, kseg, wi);
         DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
         P.wi = wi;
+        if (a.exact_x) {  // after both images: 256-byte aligned (their sizes are multiples of 128 x 128)
+            rest_nonzero = reinterpret_cast<uint32_t *>(wi + np * kseg * 2);
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(rest_nonzero, 0, sizeof(uint32_t), stream));
+            P.rest_nonzero = rest_nonzero;
+        }
     } else {
         const tables t = tables_of(a);
         const layout l = layout_of(a, t);
@@ -619,7 +637,8 @@ Status run(const gemm_fp8_grouped_args &a, void *workspace, cudaStream_t stream)
     if (n_jobs == 0) return Status::ok();
     const int bm = single(a) ? BM : GBM, tn = single(a) ? BN : GBN;
     x_image_kernel<<<blocks_for(n_tiles * bm * P.kp / 4), PREP_THREADS, 0, stream>>>(a.x, tiles, P.implicit_rows, n_tiles, bm,
-                                                                                     a.K, kseg, pieces, a.act_block / 4, ws);
+                                                                                     a.K, kseg, pieces, a.act_block / 4, ws,
+                                                                                     rest_nonzero);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     const auto kernel = single(a) ? gemm_kernel<IMAGE> : a.fp4 ? gemm_kernel<FP4_BYTES> : gemm_kernel<FP8_BYTES>;
     const int smem = single(a) ? ring<IMAGE>::smem : a.fp4 ? ring<FP4_BYTES>::smem : ring<FP8_BYTES>::smem;
