@@ -97,17 +97,12 @@ std::string role_of(const std::string &name) {
 
 using backend::cpu::lin;
 
-double weight_bytes(const dlinear &L) {
+product_cost cost_of(const dlinear &L, int64_t M) {
     const double nk = double(L.N) * double(L.K);
-    switch (L.k) {
-    case dlinear::kind::FP8:
-        return nk + double((L.N + L.bo - 1) / L.bo) * double((L.K + L.bi - 1) / L.bi);
-    case dlinear::kind::MXFP4:
-        return nk / 2 + nk / 32;
-    case dlinear::kind::DENSE:
-        break;
-    }
-    return nk * (L.wd_bf16 ? 2 : 4);
+    double w = nk * (L.wd_bf16 ? 2 : 4);
+    if (L.k == dlinear::kind::FP8) w = nk + double((L.N + L.bo - 1) / L.bo) * double((L.K + L.bi - 1) / L.bi);
+    if (L.k == dlinear::kind::MXFP4) w = nk / 2 + nk / 32;
+    return {w + double(M) * (L.K + L.N) * sizeof(float), 2.0 * double(M) * nk};
 }
 
 dtemp::dtemp(size_t bytes, cudaStream_t s) : bytes_(bytes), s_(s) {
@@ -798,12 +793,9 @@ std::string device_model::product_label(const std::vector<linear_job> &jobs, int
 Status device_model::run_linears(const std::vector<linear_job> &jobs, int64_t M, lin cls) const {
     std::optional<section_scope> timed;
     if (section_timer *t = product_timer(); t && !jobs.empty()) {
-        double bytes = 0, flops = 0;
-        for (const linear_job &j : jobs) {
-            bytes += weight_bytes(*j.L) + double(M) * (j.L->K + j.L->N) * sizeof(float);
-            flops += 2.0 * double(M) * j.L->N * j.L->K;
-        }
-        timed.emplace(*t, product_label(jobs, M), stream_, bytes, flops);
+        product_cost c;
+        for (const linear_job &j : jobs) c += cost_of(*j.L, M);
+        timed.emplace(*t, product_label(jobs, M), stream_, c.bytes, c.flops);
     }
     const bool quant_x = official_ && (cls == lin::FP8 || cls == lin::FP4);
     const int act_block = cfg_.fp8_block_in;

@@ -95,8 +95,16 @@ struct dlinear {
     dlinear rows(int r0, int n) const;
 };
 
-// The bytes of L's stored weight (codes and scales), what a product reads of it at least once.
-double weight_bytes(const dlinear &L);
+// What a product of M rows through L must move and compute at least (the product timer's
+// figures): L's stored weight once (codes and scales) plus M fp32 rows in and out; 2 M N K FLOPs.
+struct product_cost {
+    double bytes = 0, flops = 0;
+    product_cost &operator+=(const product_cost &o) {
+        bytes += o.bytes, flops += o.flops;
+        return *this;
+    }
+};
+product_cost cost_of(const dlinear &L, int64_t M);
 
 class device_model {
 public:

@@ -90,14 +90,11 @@ Status run_experts(const device_model &m, const std::vector<device_model::groupe
     const bool grouped = m.official() && m.prefill_gemm() && rows >= grouped_min_rows() * int64_t(jobs.size());
     std::optional<section_scope> timed;
     if (section_timer *t = m.product_timer()) {
-        double bytes = 0, flops = 0;
-        for (const device_model::grouped_job &j : jobs) {
-            bytes += weight_bytes(*j.L) + double(j.M) * (j.L->K + j.L->N) * sizeof(float);
-            flops += 2.0 * double(j.M) * j.L->N * j.L->K;
-        }
+        product_cost c;
+        for (const device_model::grouped_job &j : jobs) c += cost_of(*j.L, j.M);
         timed.emplace(*t, std::string(what) + " [mxfp4 " + (grouped ? "grouped gemm" : "gemv pieces") + ", " +
                               std::to_string(jobs.size()) + " matrices, " + std::to_string(rows) + " rows]",
-                      m.stream(), bytes, flops);
+                      m.stream(), c.bytes, c.flops);
     }
     if (grouped) {
         cuda::gemm_fp8_grouped_args a;
