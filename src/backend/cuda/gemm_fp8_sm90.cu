@@ -203,8 +203,9 @@ __global__ void x_image_kernel(const float *x, const x_tile *tiles, int64_t rows
         if (piece > 0 && ((o.x | o.y) & 0x7fff7fffu) && rest_nonzero) atomicOr(rest_nonzero, 1u);
     }
     const int kk = kq % BK;
-    *reinterpret_cast<uint2 *>(xi + ((tile * (kp / BK) + kq / BK) * bm + r) * 128 + ((((kk >> 3) ^ r) & 7) << 4) + (kk & 7) * 2) =
-        o;
+    if (r < ((T.rows + 63) & ~63))  // rows past the tile's last 64-row half are never read (gemm_kernel)
+        *reinterpret_cast<uint2 *>(xi + ((tile * (kp / BK) + kq / BK) * bm + r) * 128 + ((((kk >> 3) ^ r) & 7) << 4) +
+                                   (kk & 7) * 2) = o;
 }
 
 // One weight dequantized to BF16 (exact: a code times a power of two; a BF16 weight as it is) as
@@ -460,6 +461,9 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
     const int KT = int((P.rest_nonzero && *P.rest_nonzero == 0 ? P.kseg : P.kp) / BK), KW = int(P.kseg / BK);
     const job J = job_of(P, blockIdx.x);
     const uint32_t n0 = blockIdx.y * uint32_t(TN);
+    // x's live 64-row halves: a tile's rows past them are padding, neither copied nor multiplied
+    // (a routed expert of 30 rows in a 256-row group tile costs one half's MMAs, not four).
+    const uint32_t x_bytes = uint32_t(min(AB / 128, (J.rows + 63) & ~63)) * 128u;
     if (tid == 0) {
         // full: the x copy's bytes plus an arrival from each loader once its decoded rows are
         // stored; empty: one arrival from each MMA warp once its wgmmas on the stage completed.
@@ -482,8 +486,8 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
                     const int s = kt % STAGES;
                     if (kt >= STAGES) mbar_wait(&empty[s], uint32_t(kt / STAGES - 1) & 1);
                     uint8_t *st = smem + s * STAGE_BYTES;
-                    mbar_arrive_expect_tx(&full[s], STAGE_BYTES);
-                    bulk_copy(st, xa + int64_t(kt) * A_BYTES, A_BYTES, &full[s]);
+                    mbar_arrive_expect_tx(&full[s], x_bytes + B_BYTES);
+                    bulk_copy(st, xa + int64_t(kt) * A_BYTES, x_bytes, &full[s]);
                     bulk_copy(st + A_BYTES, wa + int64_t(kt % KW) * B_BYTES, B_BYTES, &full[s]);  // one image for every piece
                 }
             }
@@ -505,8 +509,8 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
                 if (kt >= STAGES) mbar_wait(&empty[s], uint32_t(kt / STAGES - 1) & 1);  // both warpgroups done with it
                 uint8_t *st = smem + s * STAGE_BYTES;
                 if (lt == 0) {
-                    mbar_arrive_expect_tx(&full[s], AB);
-                    bulk_copy(st, xa + int64_t(kt) * AB, AB, &full[s]);
+                    mbar_arrive_expect_tx(&full[s], x_bytes);
+                    bulk_copy(st, xa + int64_t(kt) * AB, x_bytes, &full[s]);
                 }
                 decode_raw<FP4>(P, J, raw_ring + (kt % RAW) * RAW_BYTES, st + AB, kt, n0, lt);
                 // The stores were generic-proxy writes; the wgmmas read through the async proxy.
@@ -531,6 +535,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
         // zero, then added into acc in fp32.
 #pragma unroll
         for (int h = 0; h < 2; h++) {
+            if ((MODE == IMAGE ? wg * 64 : wg * 128 + h * 64) >= J.rows) continue;  // padding rows only (uniform in the warpgroup)
             const uint64_t da = smem_desc(st + (MODE == IMAGE ? wg * 64 : wg * 128 + h * 64) * 128);
             const uint64_t db = smem_desc(st + AB + (MODE == IMAGE ? h * 128 * 128 : 0));
             fence_regs(part);
