@@ -478,7 +478,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
     if (tid >= CONSUMERS) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         const int lt = tid - CONSUMERS;
-        const uint8_t *xa = P.xi + int64_t(J.xt) * KT * AB;
+        const uint8_t *xa = P.xi + int64_t(J.xt) * (P.kp / BK) * AB;  // a tile holds every piece, summed or not
         if constexpr (MODE == IMAGE) {  // one lane streams both operands' tiles
             if (lt == 0) {
                 const uint8_t *wa = P.wi + int64_t(blockIdx.y) * KW * B_BYTES;

@@ -65,15 +65,16 @@ Status run_nvfp4(const device_model &m, const std::vector<cuda::nvfp4_matrix> &m
     return Status::ok();
 }
 
-// Rows an expert must average for the grouped GEMM to beat the GEMV pieces. Its loading warps
-// decode each expert's MXFP4 to BF16 once per 256 rows, and its tiles are 256 rows, so a small
-// expert pays for its padding. H200 (session 12, V4.1 16 layers, moe.routed of one run each): at
-// 2048 tokens (48 rows an expert) 261 ms in GEMV pieces, 389 grouped; at 4096 (96 rows) 492 and
-// 447; at 8192 (192 rows) 932 and 552. The ratio crosses 1 near 88 rows (linear between 48 and 96).
+// Rows an expert must average for the grouped GEMM to beat the GEMV pieces. The grouped kernel's
+// loading warps decode each expert's MXFP4 to BF16 once per 256 rows at ~0.5 TB/s of weight bytes
+// whatever the rows (its MMAs skip a tile's padding halves), the pieces read each expert once per
+// 16 of its rows at ~0.9 TB/s. H100 (session 22, V4.1 8 layers, the bench's weight products): at
+// 2048 tokens (32 rows an expert) 99 ms in GEMV pieces, 131 grouped; at 4096 (64 rows) 180 and
+// 142: the lines cross near 46 rows (session 12, before the padding skip: near 88).
 // DS41RT_GROUPED_MIN_ROWS overrides it (tests take the grouped path on small fixtures with 1).
 int64_t grouped_min_rows() {
     const char *e = std::getenv("DS41RT_GROUPED_MIN_ROWS");
-    return e && *e ? std::max<int64_t>(1, std::atoll(e)) : 88;
+    return e && *e ? std::max<int64_t>(1, std::atoll(e)) : 48;
 }
 
 // One projection of every expert (jobs of one shape) as one grouped product on the tensor cores
