@@ -44,9 +44,8 @@ Status run_nvfp4(const device_model &m, const std::vector<cuda::nvfp4_matrix> &m
             flops += 2.0 * a.M * nk;
             rows += a.M;
         }
-        timed.emplace(*t, std::string(what) + " [nvfp4 gemv pieces, " + std::to_string(mats.size()) + " pieces, " +
-                              std::to_string(rows) + " rows]",
-                      m.stream(), bytes, flops);
+        timed.emplace(*t, std::string(what) + " [nvfp4 gemv pieces, " + std::to_string(rows) + " rows]", m.stream(), bytes,
+                      flops);
     }
     std::vector<cuda::nvfp4_gemv_plan> plans;
     size_t bytes = 256;
@@ -94,7 +93,7 @@ Status run_experts(const device_model &m, const std::vector<device_model::groupe
         product_cost c;
         for (const device_model::grouped_job &j : jobs) c += cost_of(*j.L, j.M);
         timed.emplace(*t, std::string(what) + " [mxfp4 " + (grouped ? "grouped gemm" : "gemv pieces") + ", " +
-                              std::to_string(jobs.size()) + " matrices, " + std::to_string(rows) + " rows]",
+                              std::to_string(rows) + " rows]",
                       m.stream(), c.bytes, c.flops);
     }
     if (grouped) {
