@@ -26,6 +26,10 @@ public:
     // Marks the start of `name` on stream s; end() closes the innermost open section. bytes and
     // flops are added to the name's totals once the section is collected.
     void begin(std::string name, cudaStream_t s, double bytes = 0, double flops = 0);
+    // The engines' sections: no string is made while the timer is off (every step calls this).
+    void begin(const char *name, cudaStream_t s) {
+        if (on_) begin(std::string(name), s);
+    }
     void end(cudaStream_t s);
     // Adds the closed sections' times (after the stream has synchronised) and recycles events.
     void collect();
