@@ -151,32 +151,49 @@ TEST_P(GpuVsCpu, PrefillAndGreedyDecode) {
     }
 }
 
-// OFFICIAL prefill with the routed experts as grouped GEMMs (routed_prefill takes them from 96 rows
-// an expert; DS41RT_GROUPED_MIN_ROWS=1 makes the fixtures' few rows take them too) against the CPU
-// engine: the same greedy continuation on the QAT-free fixtures, and prompt logits as close as
-// the GEMV pieces' (another fp32 summation order, the same rounding points: both ~1e-7 here).
-TEST_P(GpuVsCpu, OfficialPrefillWithGroupedExperts) {
-    if (GetParam().mode != engine::numerics::OFFICIAL) GTEST_SKIP() << "grouped experts serve official numerics";
+// OFFICIAL prefill with env var `var` = `value` while the GPU engine runs, against the CPU engine:
+// the same greedy continuation on the QAT-free fixtures, and prompt logits as close as the
+// default paths' (another fp32 summation order, the same rounding points: ~1e-7 here).
+void official_prefill_with(const std::string &fixture, const char *var, const char *value, const char *what) {
     struct env_guard {
-        env_guard() { setenv("DS41RT_GROUPED_MIN_ROWS", "1", 1); }
-        ~env_guard() { unsetenv("DS41RT_GROUPED_MIN_ROWS"); }
-    } guard;
-    const fs::path dir = fs::path(DS41RT_FIXTURES_DIR) / GetParam().fixture;
-    const bool v4 = GetParam().fixture.rfind("deepseek-v4-", 0) == 0;
-    const bool qat = !v4 && GetParam().fixture.find("noqat") == std::string::npos;
-    engine_pair e = open_pair(dir, GetParam().mode);
+        const char *v;
+        env_guard(const char *var, const char *value) : v(var) { setenv(var, value, 1); }
+        ~env_guard() { unsetenv(v); }
+    } guard(var, value);
+    const fs::path dir = fs::path(DS41RT_FIXTURES_DIR) / fixture;
+    const bool v4 = fixture.rfind("deepseek-v4-", 0) == 0;
+    const bool qat = !v4 && fixture.find("noqat") == std::string::npos;
+    engine_pair e = open_pair(dir, engine::numerics::OFFICIAL);
     if (!e.skip.empty()) GTEST_SKIP() << e.skip;
     ASSERT_TRUE(e.gpu && e.cpu);
     const int64_t V = e.cpu->config().vocab_size, T = int64_t(e.prompt.size());
+    ASSERT_GT(T, 16) << "the prompt must be longer than a GEMV piece for the prefill paths to differ";
     run_result g = run(*e.gpu, e.prompt, 16), c = run(*e.cpu, e.prompt, 16);
     ASSERT_EQ(g.prefill.dim(0), T);
     double worst = 0;
     for (int64_t t = 0; t < T; t++)
         worst = std::max(worst, rel_err(g.prefill.data<float>() + t * V, c.prefill.data<float>() + t * V, V));
-    std::printf("    [grouped experts vs cpu] %s official: prefill %lld positions, max rel err %.3g\n",
-                GetParam().fixture.c_str(), (long long)T, worst);
+    std::printf("    [%s vs cpu] %s official: prefill %lld positions, max rel err %.3g\n", what, fixture.c_str(),
+                (long long)T, worst);
     EXPECT_LE(worst, 1e-5);
-    if (!qat) EXPECT_EQ(g.greedy, c.greedy);
+    if (!qat) {
+        EXPECT_EQ(g.greedy, c.greedy);
+    }
+}
+
+// The routed experts as grouped GEMMs (routed_prefill takes them from 48 rows an expert;
+// DS41RT_GROUPED_MIN_ROWS=1 makes the fixtures' few rows take them too).
+TEST_P(GpuVsCpu, OfficialPrefillWithGroupedExperts) {
+    if (GetParam().mode != engine::numerics::OFFICIAL) GTEST_SKIP() << "grouped experts serve official numerics";
+    official_prefill_with(GetParam().fixture, "DS41RT_GROUPED_MIN_ROWS", "1", "grouped experts");
+}
+
+// The dense FP8 products on the tensor-core GEMM whatever its tiles (device_model::takes_gemm
+// leaves a short chunk's few-tile products to the GEMV pieces, which the fixtures' narrow
+// weights always are; DS41RT_PREFILL_GEMV_MAX_M=16 gives every prefill product the GEMM).
+TEST_P(GpuVsCpu, OfficialPrefillWithDenseGemms) {
+    if (GetParam().mode != engine::numerics::OFFICIAL) GTEST_SKIP() << "the GEMM serves official numerics";
+    official_prefill_with(GetParam().fixture, "DS41RT_PREFILL_GEMV_MAX_M", "16", "dense gemms");
 }
 
 // Decode steps whose fixed-shape pieces replay CUDA graphs (engine/cuda step_graphs) against the

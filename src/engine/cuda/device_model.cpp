@@ -39,6 +39,14 @@ bool prefill_gemm_default() {
     return !(e && std::string(e) == "0");
 }
 
+// Prefill chunks of at most this many rows take the 16-row GEMV pieces instead of the GEMM for FP8
+// weights whose GEMM would fill under half the SMs (takes_gemm); DS41RT_PREFILL_GEMV_MAX_M=16 keeps
+// the GEMM for every product, for comparing.
+int64_t prefill_gemv_max_m() {
+    const char *e = std::getenv("DS41RT_PREFILL_GEMV_MAX_M");
+    return e && *e ? std::atoll(e) : 128;
+}
+
 // Wide plain-BF16 products at decode sizes (the head; N >= BF16_GEMV_MIN_N) run on the tensor
 // cores (backend/cuda bf16_gemv) from DS41RT_BF16_GEMV_MIN_M rows on (default 4; 17 keeps
 // dense_linear, for comparing). Below 4 rows dense_linear streams the head faster (H200, V4.1's
@@ -145,6 +153,7 @@ Result<std::unique_ptr<device_model>> device_model::make(std::shared_ptr<const m
     m->dev_ = dev.value();
     m->official_ = official;
     m->prefill_gemm_ = prefill_gemm_default();
+    m->prefill_gemv_max_m_ = prefill_gemv_max_m();
     DS41RT_RETURN_IF_ERROR(start_device(m->dev_.device, &m->stream_));
     return m;
 }
@@ -161,6 +170,7 @@ Result<std::unique_ptr<device_model>> device_model::make_dummy(model::model_conf
     m->dev_ = dev.value();
     m->official_ = official;
     m->prefill_gemm_ = prefill_gemm_default();
+    m->prefill_gemv_max_m_ = prefill_gemv_max_m();
     DS41RT_RETURN_IF_ERROR(start_device(m->dev_.device, &m->stream_));
     return m;
 }
@@ -773,6 +783,19 @@ Status device_model::run_grouped(const std::vector<grouped_job> &jobs, lin cls) 
     return run_gemv_pieces(pieces);
 }
 
+// A GEMM of few tiles (gemm_fp8_sm90's 128 x 256: a short prompt chunk through a narrow FP8 weight,
+// as serve's 128-token chunks) leaves most SMs idle after writing the weight's whole BF16 image,
+// where the GEMV pieces read the weight once per 16 rows at decode speed: H100, session 22, at
+// M 128 wo_a's eight 4-tile GEMMs took 600 us a layer, its GEMV at M 1 24 us for all eight; the
+// shared w1 + w3, wq_a + wkv and wo_b GEMMs (2-16 tiles) likewise lost to 8 GEMV pieces or tied.
+bool device_model::takes_gemm(const dlinear &L, int64_t M) const {
+    if (M <= GEMV_MAX_ROWS || !official_ || !prefill_gemm_) return false;
+    if (L.k == dlinear::kind::DENSE) return L.wd_bf16;
+    if (L.k != dlinear::kind::FP8) return false;
+    const int64_t tiles = (M + 127) / 128 * ((L.N + 255) / 256);
+    return M > prefill_gemv_max_m_ || 2 * tiles >= dev_.sm_count;
+}
+
 // The product timer's label of a run_linears call: its weights' roles, their storage and the
 // kernel family the call's first weight takes, the rows.
 std::string device_model::product_label(const std::vector<linear_job> &jobs, int64_t M) const {
@@ -784,7 +807,7 @@ std::string device_model::product_label(const std::vector<linear_job> &jobs, int
             roles += (roles.empty() ? "" : " + ") + std::string(*j.L->role ? j.L->role : "?");
         }
     const dlinear &L = *jobs.front().L;
-    const bool gemm = M > GEMV_MAX_ROWS && official_ && prefill_gemm_ && (L.k == dlinear::kind::FP8 || L.wd_bf16);
+    const bool gemm = takes_gemm(L, M);
     const char *store = L.k == dlinear::kind::FP8 ? "fp8" : L.k == dlinear::kind::MXFP4 ? "mxfp4" : L.wd_bf16 ? "bf16" : "f32";
     const char *family = gemm ? "gemm" : L.k == dlinear::kind::DENSE ? "dense" : "gemv";
     return roles + " [" + store + " " + family + ", M " + std::to_string(M) + "]";
@@ -816,7 +839,7 @@ Status device_model::run_linears(const std::vector<linear_job> &jobs, int64_t M,
         const bool exact_x = official_ && cls == lin::BF16;  // x unquantized: on sm_90a only
         // Plain BF16 weights of the BF16 and F32 classes (x unquantized either way; F32 keeps fp32 outputs).
         const bool bf16_dense = L.k == dlinear::kind::DENSE && L.wd_bf16 && official_ && (cls == lin::BF16 || cls == lin::F32);
-        if ((bf16_dense || (L.k == dlinear::kind::FP8 && (quant_x || exact_x))) && M > GEMV_MAX_ROWS && prefill_gemm_) {
+        if ((bf16_dense || (L.k == dlinear::kind::FP8 && (quant_x || exact_x))) && takes_gemm(L, M)) {
             // Prefill-shaped official products on the tensor cores: the weight read once for all
             // rows, not once per 16-row GEMV piece. Another summation order than the GEMV's or
             // dense_linear's (rows of a prefill and of a decode step may differ in the last fp32

@@ -133,6 +133,9 @@ public:
     section_timer *product_timer() const { return products_ && products_->on() ? products_ : nullptr; }
     // OFFICIAL products of more than 16 rows on backend/cuda gemm_fp8 (DS41RT_PREFILL_GEMM=0: off).
     bool prefill_gemm() const { return prefill_gemm_; }
+    // Whether run_linears takes the tensor-core GEMM for M rows through L (official numerics,
+    // more than 16 rows, FP8 or plain BF16 weights; not a GEMM of a few tiles over a short chunk).
+    bool takes_gemm(const dlinear &L, int64_t M) const;
     bool is_dummy() const { return w_ == nullptr; }
 
     // ---- loading: the stored tensor of a catalog name on the device ----
@@ -292,6 +295,7 @@ private:
     mutable dtemp gemv_ws_;  // GEMV split-K workspace, grown on demand, zeroed before each plan
     mutable uint64_t ws_gen_ = 0;
     bool prefill_gemm_ = true;  // official FP8 products of more than 16 rows on backend/cuda gemm_fp8
+    int64_t prefill_gemv_max_m_ = 128;  // takes_gemm: chunks this short may keep the GEMV pieces
     sync_watch watch_;
     mutable cudaEvent_t sync_ev_ = nullptr;
     section_timer *products_ = nullptr;
