@@ -21,13 +21,6 @@ struct generate_args {
     std::string backend = "cpu";
 };
 
-int32_t argmax(const float *v, int64_t n) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (v[i] > v[best]) best = i;
-    return int32_t(best);
-}
-
 int run_generate(const generate_args &a) {
     std::vector<int32_t> prompt;
     std::stringstream ss(a.prompt_ids);
@@ -54,17 +47,17 @@ int run_generate(const generate_args &a) {
         return 1;
     }
     auto &eng = *opened.value();
-    const int64_t vocab = eng.config().vocab_size;
     auto t1 = clock::now();
     engine::seq_id seq = eng.create_sequence();
+    // Greedy picks by the engine (on the device for the GPU engines: no logits row comes back).
     std::vector<Tensor> logits;
+    std::vector<engine::sample_result> picks;
     std::vector<int32_t> out;
-    Status st = eng.step({{seq, prompt, engine::logit_rows::LAST}}, &logits);
+    Status st = eng.step_sampled({{seq, prompt, engine::logit_rows::SAMPLE}}, &logits, &picks);
     auto t2 = clock::now();
     for (int i = 0; st.is_ok() && i < a.max_tokens; i++) {
-        const Tensor &l = logits[0];
-        out.push_back(argmax(l.data<float>() + (l.dim(0) - 1) * vocab, vocab));
-        if (i + 1 < a.max_tokens) st = eng.step({{seq, {out.back()}, engine::logit_rows::LAST}}, &logits);
+        out.push_back(picks[0].token);
+        if (i + 1 < a.max_tokens) st = eng.step_sampled({{seq, {out.back()}, engine::logit_rows::SAMPLE}}, &logits, &picks);
     }
     auto t3 = clock::now();
     if (!st.is_ok()) {

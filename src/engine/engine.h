@@ -14,9 +14,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "backend/cpu/sampling_math.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "experts/routed_experts.h"
@@ -60,19 +62,44 @@ struct op_time {
 
 // Which of an input's rows step() returns logits for: every token's ([n, vocab]), the last
 // token's only ([1, vocab]: what sampling needs), or none ([0, vocab]: a prompt chunk that does
-// not end the prompt). The engines run the head over the returned rows only.
-enum class logit_rows : uint8_t { ALL, LAST, NONE };
+// not end the prompt). SAMPLE: the last token's row, sampled by the engine as step_input::sample
+// says (step_sampled); plain step() returns it as LAST. The engines run the head over those rows only.
+enum class logit_rows : uint8_t { ALL, LAST, NONE, SAMPLE };
+
+// How the engine samples a SAMPLE row: the serving sampler's request in the form the row
+// arithmetic takes (backend/cpu/sampling_math.h; serving/sampling.h has the client semantics).
+struct sample_spec {
+    backend::cpu::row_sampling p;
+    uint64_t seed = 0;
+    int64_t position = 0;                         // of the token in the output (the draw's key)
+    std::vector<backend::cpu::token_count> counts;  // the tokens generated so far (penalties)
+    std::vector<uint32_t> allowed;                // a grammar's token bitmask; empty: no mask
+    bool logprobs = false;                        // report the raw logprob of the pick
+    int32_t top_logprobs = 0;                     // and the k most likely raw tokens (0..20)
+};
+
+// A sampled row: the token, and when asked its raw logprob and the top_logprobs best.
+struct sample_result {
+    int32_t token = -1;
+    float logprob = 0.0f;
+    std::vector<backend::cpu::id_logprob> top;
+};
 
 struct step_input {
     seq_id seq = -1;
     std::vector<int32_t> tokens;  // appended at the sequence's current length
     logit_rows logits = logit_rows::ALL;
+    sample_spec sample = {};      // logit_rows::SAMPLE only
 };
 
 // The number of logits rows step() returns for in.
 inline int64_t logits_rows_of(const step_input &in) {
-    return in.logits == logit_rows::ALL ? int64_t(in.tokens.size()) : in.logits == logit_rows::LAST ? 1 : 0;
+    return in.logits == logit_rows::ALL ? int64_t(in.tokens.size()) : in.logits == logit_rows::NONE ? 0 : 1;
 }
+
+// One logits row sampled on the host (backend/cpu/sampling_math.h): what step_sampled does for
+// engines without a device sampler, and what the device sampler must pick.
+sample_result sample_on_host(std::span<const float> row, const sample_spec &spec);
 
 class engine {
 public:
@@ -96,6 +123,14 @@ public:
     // after starting (UNAVAILABLE: a remote expert layer did not answer), the sequences of the
     // step are left part-way through and must be freed.
     virtual Status step(const std::vector<step_input> &inputs, std::vector<Tensor> *logits) = 0;
+
+    // step(), where each SAMPLE input's last row is sampled as its sample_spec says:
+    // (*sampled)[i] holds the pick of a SAMPLE input (token -1 for the others), and its logits[i]
+    // is [0, vocab]. The GPU engines sample on the device when every row they return is a SAMPLE
+    // row (what serving asks for), so the logits never reach the host; otherwise (and on the CPU)
+    // the rows come back and sample_on_host picks, with the same result.
+    virtual Status step_sampled(const std::vector<step_input> &inputs, std::vector<Tensor> *logits,
+                                std::vector<sample_result> *sampled);
 
     // Section times since the last reset, when profiling (engine_options::profile, or
     // set_profile). The GPU engines also report "host.issue": the host's wall time from a step's

@@ -31,14 +31,6 @@ Status validate_sampling_params(const sampling_params &p) {
 
 double sampling_uniform(uint64_t seed, int64_t position) { return backend::cpu::sampling_uniform(seed, position); }
 
-token_logprobs raw_logprobs(std::span<const float> logits, int32_t id, int32_t k) {
-    token_logprobs out;
-    std::vector<backend::cpu::id_logprob> top;
-    out.logprob = backend::cpu::raw_logprob(logits, id, std::min(k, MAX_TOP_LOGPROBS), &top);
-    for (auto t : top) out.top.push_back({t.id, t.logprob});
-    return out;
-}
-
 backend::cpu::row_sampling row_params(const sampling_params &p) {
     backend::cpu::row_sampling r;
     r.greedy = p.greedy();
@@ -51,14 +43,30 @@ backend::cpu::row_sampling row_params(const sampling_params &p) {
     return r;
 }
 
+engine::sample_spec sampler_state::spec(int64_t position, std::span<const uint32_t> allowed) const {
+    engine::sample_spec s;
+    s.p = row_params(p_);
+    s.seed = seed_;
+    s.position = position;
+    for (auto [tok, count] : counts_) s.counts.push_back({tok, count});
+    s.allowed.assign(allowed.begin(), allowed.end());
+    s.logprobs = p_.logprobs;
+    s.top_logprobs = std::min(p_.top_logprobs, MAX_TOP_LOGPROBS);
+    return s;
+}
+
+token_logprobs to_token_logprobs(const engine::sample_result &r) {
+    token_logprobs out;
+    out.logprob = r.logprob;
+    for (auto t : r.top) out.top.push_back({t.id, t.logprob});
+    return out;
+}
+
 int32_t sampler_state::sample(std::span<const float> logits, int64_t position, token_logprobs *lp,
-                              std::span<const uint32_t> allowed) {
-    pairs_.clear();
-    for (auto [tok, count] : counts_) pairs_.push_back({tok, count});
-    const int32_t chosen = backend::cpu::sample_row(logits, row_params(p_), pairs_, allowed,
-                                                    sampling_uniform(seed_, position), work_, order_);
-    if (lp && p_.logprobs) *lp = raw_logprobs(logits, chosen, p_.top_logprobs);
-    return chosen;
+                              std::span<const uint32_t> allowed) const {
+    const engine::sample_result r = engine::sample_on_host(logits, spec(position, allowed));
+    if (lp && p_.logprobs) *lp = to_token_logprobs(r);
+    return r.token;
 }
 
 }  // namespace ds41rt::serving

@@ -30,6 +30,7 @@
 
 #include "backend/cpu/sampling_math.h"
 #include "core/status.h"
+#include "engine/engine.h"
 
 namespace ds41rt::serving {
 
@@ -74,8 +75,11 @@ public:
     // token bitmask (text/grammar.h): tokens outside it are masked to -inf before anything else
     // (the reference's order: mask -> penalties -> temperature -> ...).
     int32_t sample(std::span<const float> logits, int64_t position, token_logprobs *lp,
-                   std::span<const uint32_t> allowed = {});
+                   std::span<const uint32_t> allowed = {}) const;
     void accept(int32_t token) { counts_[token]++; }
+    // What sample() computes, as the engine's sampler takes it (engine::step_sampled: the GPU
+    // engines pick on the device). allowed as for sample().
+    engine::sample_spec spec(int64_t position, std::span<const uint32_t> allowed = {}) const;
 
     const sampling_params &params() const { return p_; }
     uint64_t seed() const { return seed_; }
@@ -84,9 +88,6 @@ private:
     sampling_params p_;
     uint64_t seed_;
     std::unordered_map<int32_t, int32_t> counts_;
-    std::vector<backend::cpu::token_count> pairs_;  // counts_ as the row arithmetic takes them
-    std::vector<float> work_;        // penalized / scaled logits
-    std::vector<int32_t> order_;     // candidate ids
 };
 
 // The row arithmetic's parameters (backend/cpu/sampling_math.h) for a request: the GPU sampler
@@ -97,7 +98,7 @@ backend::cpu::row_sampling row_params(const sampling_params &p);
 // (backend/cpu/sampling_math.h, shared with the GPU sampler).
 double sampling_uniform(uint64_t seed, int64_t position);
 
-// log_softmax(logits)[id] and the k best (k <= 20), exactly as reported to clients.
-token_logprobs raw_logprobs(std::span<const float> logits, int32_t id, int32_t k);
+// A pick's logprobs as reported to clients.
+token_logprobs to_token_logprobs(const engine::sample_result &r);
 
 }  // namespace ds41rt::serving

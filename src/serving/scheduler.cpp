@@ -146,18 +146,23 @@ void scheduler::finish(active &a, generation_event ev) {
     emit(a, ev);
 }
 
-// One row of step output for a request whose prompt is complete: sample, apply the stop rules,
-// emit. The caller removes the request from running_ when it finished.
-void scheduler::process_row(active &a, const Tensor &logits) {
-    const int64_t rows = logits.dim(0), vocab = logits.dim(1);
-    std::span<const float> last(logits.data<float>() + (rows - 1) * vocab, size_t(vocab));
-    generation_event ev;
+// What the engine samples for a request whose row ends its prompt or decodes: its sampler's
+// spec under its grammar's mask (the grammar state is the one the pick will continue).
+engine::sample_spec scheduler::sample_spec_of(active &a) {
     std::span<const uint32_t> allowed;
     if (a.grammar) {
         a.grammar->fill_mask(a.mask);
         allowed = a.mask;
     }
-    const int32_t tok = a.sampler->sample(last, a.generated, &ev.logprobs, allowed);
+    return a.sampler->spec(a.generated, allowed);
+}
+
+// The engine's pick for a request whose prompt is complete: apply the stop rules, emit. The
+// caller removes the request from running_ when it finished.
+void scheduler::process_row(active &a, const engine::sample_result &pick) {
+    generation_event ev;
+    const int32_t tok = pick.token;
+    if (a.req.sampling.logprobs) ev.logprobs = to_token_logprobs(pick);
     if (a.grammar && !a.grammar->accept(tok)) {
         // Only when the grammar allows nothing at all (the sampler fell back to an unmasked id).
         ev.reason = finish_reason::ERROR;
@@ -268,7 +273,7 @@ void scheduler::loop() {
         int64_t budget = opt_.step_token_budget;
         for (auto &a : running_)
             if (a->prefilled == a->req.prompt.size() && a->pending >= 0) {
-                inputs.push_back({a->seq, {a->pending}, engine::logit_rows::LAST});
+                inputs.push_back({a->seq, {a->pending}, engine::logit_rows::SAMPLE, sample_spec_of(*a)});
                 rows.push_back(a.get());
                 chunk.push_back(0);
                 budget--;
@@ -281,8 +286,13 @@ void scheduler::loop() {
             engine::step_input in{a->seq, {}};
             in.tokens.assign(a->req.prompt.begin() + int64_t(a->prefilled),
                              a->req.prompt.begin() + int64_t(a->prefilled + n));
-            // Sampling reads the prompt's last row only; earlier chunks need no logits at all.
-            in.logits = a->prefilled + n == a->req.prompt.size() ? engine::logit_rows::LAST : engine::logit_rows::NONE;
+            // The prompt's last row is sampled; earlier chunks need no logits at all.
+            if (a->prefilled + n == a->req.prompt.size()) {
+                in.logits = engine::logit_rows::SAMPLE;
+                in.sample = sample_spec_of(*a);
+            } else {
+                in.logits = engine::logit_rows::NONE;
+            }
             inputs.push_back(std::move(in));
             rows.push_back(a.get());
             chunk.push_back(n);
@@ -291,16 +301,17 @@ void scheduler::loop() {
         if (inputs.empty()) continue;
 
         std::vector<Tensor> logits;
-        Status st = eng_.step(inputs, &logits);
+        std::vector<engine::sample_result> picks;
+        Status st = eng_.step_sampled(inputs, &logits, &picks);
         {
             std::lock_guard<std::mutex> lk(mu_);
             metrics_.engine_steps++;
             metrics_.batch_sequences.observe(double(inputs.size()));
             metrics_.batch_tokens.observe(double(opt_.step_token_budget - budget));
         }
-        if (!st.is_ok() || logits.size() != inputs.size()) {
-            if (st.is_ok()) st = Status::internal("engine step returned " + std::to_string(logits.size()) +
-                                                  " results for " + std::to_string(inputs.size()) + " inputs");
+        if (!st.is_ok() || picks.size() != inputs.size()) {
+            if (st.is_ok()) st = Status::internal("engine step returned " + std::to_string(picks.size()) +
+                                                  " picks for " + std::to_string(inputs.size()) + " inputs");
             for (active *a : rows) {
                 generation_event ev;
                 ev.reason = finish_reason::ERROR;
@@ -319,7 +330,7 @@ void scheduler::loop() {
                     if (a.prefilled < a.req.prompt.size()) continue;
                 }
                 a.pending = -1;
-                process_row(a, logits[i]);
+                process_row(a, picks[i]);
             }
         }
         // Drop the finished (their sequences are already freed).

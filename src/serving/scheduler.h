@@ -9,9 +9,9 @@
 //     that has a token to feed, then prefill chunks (at most prefill_chunk tokens of one prompt,
 //     oldest request first) until the budget is spent. Decode goes first so a long prompt
 //     arriving does not stall the streams already running (inter-token latency);
-//  4. every request whose row completed its prompt, or decoded, samples its next token
-//     (serving/sampling.h; under its grammar's mask when it has one, and the grammar accepts
-//     the token) and gets an event; a request that stops (EOS, stop string, max_tokens, a
+//  4. every request whose row completed its prompt, or decoded, gets its next token, sampled by
+//     the engine (engine::step_sampled, on the device for the GPU engines) as its sampler and
+//     grammar mask say (serving/sampling.h; the grammar then accepts the token), and an event; a request that stops (EOS, stop string, max_tokens, a
 //     terminated grammar) frees its sequence at once.
 //
 // Admission: submit() checks the request (INVALID_ARGUMENT; EXCEEDS_CONTEXT when prompt +
@@ -104,7 +104,8 @@ private:
     void loop();
     void finish(active &a, generation_event ev);  // final event, frees the sequence
     void emit(active &a, generation_event &ev);
-    void process_row(active &a, const Tensor &logits);
+    static engine::sample_spec sample_spec_of(active &a);
+    void process_row(active &a, const engine::sample_result &pick);
 
     engine::engine &eng_;
     const text::tokenizer *tok_;

@@ -10,7 +10,15 @@ namespace {
 TEST(GpuLogitRows, GpuEngineReturnsTheRowsAskedFor) {
     engine::engine_options o;
     o.backend = engine::backend_kind::CUDA;
-    testing_util::check_logit_rows_on_tiny_model(o, "gpu_logit_rows");
+    testing_util::on_tiny_model(o, "gpu_logit_rows", testing_util::check_logit_rows);
+}
+
+// SAMPLE rows picked by the device sampler (every returned row of the step is a SAMPLE row), the
+// same tokens as the host sampler on the rows a LAST step returns.
+TEST(GpuLogitRows, GpuEngineSamplesOnTheDeviceAsTheHost) {
+    engine::engine_options o;
+    o.backend = engine::backend_kind::CUDA;
+    testing_util::on_tiny_model(o, "gpu_sampled_step", testing_util::check_sampled_step);
 }
 
 }  // namespace

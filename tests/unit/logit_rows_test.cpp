@@ -1,5 +1,5 @@
 // engine::step's logit_rows on the CPU engine (the tiny synthesized V4.1 model): see
-// logit_rows_check.h.
+// logit_rows_check.h; and SAMPLE rows (step_sampled).
 #include <gtest/gtest.h>
 
 #include "logit_rows_check.h"
@@ -7,7 +7,13 @@
 namespace ds41rt {
 namespace {
 
-TEST(LogitRows, CpuEngineReturnsTheRowsAskedFor) { testing_util::check_logit_rows_on_tiny_model({}, "logit_rows"); }
+TEST(LogitRows, CpuEngineReturnsTheRowsAskedFor) {
+    testing_util::on_tiny_model({}, "logit_rows", testing_util::check_logit_rows);
+}
+
+TEST(LogitRows, CpuEngineSamplesSampleRowsAsTheHostSamplerDoes) {
+    testing_util::on_tiny_model({}, "sampled_step", testing_util::check_sampled_step);
+}
 
 }  // namespace
 }  // namespace ds41rt

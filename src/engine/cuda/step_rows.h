@@ -24,6 +24,11 @@ struct step_rows {
     bool all_logits = true;
     std::vector<int32_t> out_rows;
     int64_t logits_rows() const { return all_logits ? rows : int64_t(out_rows.size()); }
+    // When every returned row is a SAMPLE row and the device samples (batched_step decides):
+    // their specs in row order; the forward then samples on the device into `sampled` and
+    // returns no logits.
+    std::vector<const sample_spec *> samples;
+    std::vector<sample_result> sampled;
 
     // Each row's position in its sequence.
     std::vector<int64_t> positions() const {
@@ -49,13 +54,17 @@ step_rows<Seq> single_rows(Seq &sq, int64_t n, int64_t keep) {
     return B;
 }
 
-// engine::step for the GPU passes: every input's tokens as one set of rows through
+// engine::step / step_sampled for the GPU passes: every input's tokens as one set of rows through
 // forward_rows(rows, tokens, logits [rows.logits_rows(), vocab]), the logits split back per input
-// (each input's logit_rows: all its rows, its last, or none).
+// (each input's logit_rows: all its rows, its last, or none). With `sampled` (step_sampled), the
+// SAMPLE inputs' picks: from the device sampler when every returned row is a SAMPLE row and
+// device_sampler holds (forward_rows fills rows.sampled then and returns no logits), else from
+// the rows on the host (sample_on_host: the same picks).
 // state_of(seq_id) -> Seq&; a sequence may appear once.
 template <class Seq, class StateOf, class Forward>
 Status batched_step(const std::vector<step_input> &inputs, int64_t vocab, StateOf &&state_of, Forward &&forward_rows,
-                    std::vector<Tensor> *logits) {
+                    std::vector<Tensor> *logits, std::vector<sample_result> *sampled = nullptr,
+                    bool device_sampler = false) {
     step_rows<Seq> B;
     std::vector<int32_t> tokens;
     for (const auto &in : inputs) {
@@ -70,18 +79,29 @@ Status batched_step(const std::vector<step_input> &inputs, int64_t vocab, StateO
         tokens.insert(tokens.end(), in.tokens.begin(), in.tokens.end());
     }
     std::vector<int64_t> first_out;  // each input's first row in the returned logits
+    bool all_sampled = sampled != nullptr && device_sampler;
     for (size_t i = 0; i < inputs.size(); i++) {
         const int64_t keep = logits_rows_of(inputs[i]);
         B.all_logits = B.all_logits && keep == B.n[i];
         first_out.push_back(int64_t(B.out_rows.size()));
         for (int64_t r = B.n[i] - keep; r < B.n[i]; r++) B.out_rows.push_back(int32_t(B.off[i] + r));
+        if (keep > 0) all_sampled = all_sampled && inputs[i].logits == logit_rows::SAMPLE;
+        if (inputs[i].logits == logit_rows::SAMPLE && keep > 0) B.samples.push_back(&inputs[i].sample);
     }
-    Tensor all = Tensor::f32({B.logits_rows(), vocab});
+    if (!all_sampled) B.samples.clear();
+    Tensor all = Tensor::f32({B.samples.empty() ? B.logits_rows() : 0, vocab});
     DS41RT_RETURN_IF_ERROR(forward_rows(B, tokens, all.f()));
+    if (sampled) sampled->assign(inputs.size(), sample_result{});
     for (size_t i = 0; i < inputs.size(); i++) {
-        const int64_t keep = logits_rows_of(inputs[i]);
+        const bool sample = sampled && inputs[i].logits == logit_rows::SAMPLE;
+        if (sample && !B.samples.empty()) {
+            (*sampled)[i] = std::move(B.sampled[size_t(first_out[i])]);
+        } else if (sample) {
+            (*sampled)[i] = sample_on_host({all.f() + first_out[i] * vocab, size_t(vocab)}, inputs[i].sample);
+        }
+        const int64_t keep = sample ? 0 : logits_rows_of(inputs[i]);
         Tensor out = Tensor::f32({keep, vocab});
-        std::copy(all.f() + first_out[i] * vocab, all.f() + (first_out[i] + keep) * vocab, out.f());
+        if (keep > 0) std::copy(all.f() + first_out[i] * vocab, all.f() + (first_out[i] + keep) * vocab, out.f());
         logits->push_back(std::move(out));
     }
     return Status::ok();

@@ -54,6 +54,7 @@
 #include "backend/cuda/topk.cuh"
 #include "engine/cpu_engine.h"
 #include "engine/cuda/device_model.h"
+#include "engine/cuda/device_sampling.h"
 #include "engine/cuda/key_lists.h"
 #include "engine/cuda/section_timer.h"
 #include "engine/cuda/side_branch.h"
@@ -904,14 +905,24 @@ private:
     // ---- one step: every sequence's new tokens through the whole model (spec 4.1) ----
 public:
     Status step(const std::vector<step_input> &inputs, std::vector<Tensor> *logits) override {
+        return run_step(inputs, logits, nullptr);
+    }
+    Status step_sampled(const std::vector<step_input> &inputs, std::vector<Tensor> *logits,
+                        std::vector<sample_result> *sampled) override {
+        return run_step(inputs, logits, sampled);
+    }
+
+private:
+    Status run_step(const std::vector<step_input> &inputs, std::vector<Tensor> *logits,
+                    std::vector<sample_result> *sampled) {
         logits->clear();
         DS41RT_RETURN_IF_ERROR(check_inputs(inputs));
         return batched_step<seq_dev>(
             inputs, c_.vocab_size, [&](seq_id s) -> seq_dev & { return state_of(s); },
-            [&](step_rows &B, const std::vector<int32_t> &t, float *l) { return forward_rows(B, t, l); }, logits);
+            [&](step_rows &B, const std::vector<int32_t> &t, float *l) { return forward_rows(B, t, l); }, logits,
+            sampled, device_samples(*m_));
     }
 
-private:
     // One sequence alone (cpu_engine's interface; step() above batches instead).
     Status forward(seq_dev &sq, const std::vector<int32_t> &tokens, int64_t keep, float *logits) const override {
         step_rows B = single_rows(sq, int64_t(tokens.size()), keep);
@@ -1043,8 +1054,14 @@ private:
         if (!lg) return lg.status();
         end();
         prof_.add_host("host.issue", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - issue0).count());
-        // The step's one synchronisation, logits or not.
-        DS41RT_RETURN_IF_ERROR(R > 0 ? m_->to_host(logits, lg->f(), size_t(R * V) * sizeof(float)) : m_->sync());
+        // The step's one synchronisation: its picks, its logits, or neither.
+        if (!B.samples.empty()) {
+            begin("sample");
+            DS41RT_RETURN_IF_ERROR(sample_on_device(*m_, lg->f(), V, B.samples, &B.sampled));
+            end();
+        } else {
+            DS41RT_RETURN_IF_ERROR(R > 0 ? m_->to_host(logits, lg->f(), size_t(R * V) * sizeof(float)) : m_->sync());
+        }
         DS41RT_RETURN_IF_ERROR(routed_.check(*m_));
         prof_.collect();
         products_.collect();
