@@ -129,6 +129,7 @@ struct params {
     int N, K;
     int lbo, lbi, scols;  // FP8 scale grid: log2 of its block sizes (powers of two), its columns
     bool round_bf16;
+    bool raster_jobs_first = false;  // groups: x-major block order (DS41RT_GEMM_RASTER=jobs), for comparing
 };
 
 // The tiles and jobs of `a`, built the same way for sizing the workspace and for running: each
@@ -459,8 +460,19 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
     // Every thread reads the flag (the pre-pass before this launch wrote it), so the loaders and
     // the MMA warps agree on the stage count.
     const int KT = int((P.rest_nonzero && *P.rest_nonzero == 0 ? P.kseg : P.kp) / BK), KW = int(P.kseg / BK);
-    const job J = job_of(P, blockIdx.x);
-    const uint32_t n0 = blockIdx.y * uint32_t(TN);
+    // Which job and weight tile: a grouped product's blocks walk one job's weight tiles before the
+    // next job's (block b: job b / tiles, tile b % tiles; raster_jobs_first keeps the x-major
+    // order, for comparing), so the blocks that read one x tile run at once and take it from L2:
+    // in x-major order a wave held ~132 different x tiles (up to 2 MB each), and each was read from
+    // DRAM again for every weight tile (16-32 of them). The single product keeps blockIdx (x,
+    // y) = (row tile, weight tile): its weight image is the larger operand, shared down a column.
+    uint32_t jb = blockIdx.x, nt = blockIdx.y;
+    if (MODE != IMAGE && !P.raster_jobs_first) {
+        const uint32_t tiles = (uint32_t(P.N) + TN - 1) / TN;
+        jb = blockIdx.x / tiles, nt = blockIdx.x % tiles;
+    }
+    const job J = job_of(P, int(jb));
+    const uint32_t n0 = nt * uint32_t(TN);
     // x's live 64-row halves: a tile's rows past them are padding, neither copied nor multiplied
     // (a routed expert of 30 rows in a 256-row group tile costs one half's MMAs, not four).
     const uint32_t x_bytes = uint32_t(min(AB / 128, (J.rows + 63) & ~63)) * 128u;
@@ -481,7 +493,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
         const uint8_t *xa = P.xi + int64_t(J.xt) * (P.kp / BK) * AB;  // a tile holds every piece, summed or not
         if constexpr (MODE == IMAGE) {  // one lane streams both operands' tiles
             if (lt == 0) {
-                const uint8_t *wa = P.wi + int64_t(blockIdx.y) * KW * B_BYTES;
+                const uint8_t *wa = P.wi + int64_t(nt) * KW * B_BYTES;
                 for (int kt = 0; kt < KT; kt++) {
                     const int s = kt % STAGES;
                     if (kt >= STAGES) mbar_wait(&empty[s], uint32_t(kt / STAGES - 1) & 1);
@@ -609,6 +621,11 @@ Status run(const gemm_fp8_grouped_args &a, void *workspace, cudaStream_t stream)
     P.N = a.N, P.K = a.K, P.lbo = __builtin_ctz(unsigned(a.block_out)), P.lbi = __builtin_ctz(unsigned(a.block_in));
     P.scols = (a.K + a.block_in - 1) / a.block_in;
     P.round_bf16 = a.round_bf16;
+    static const bool jobs_first = [] {
+        const char *e = std::getenv("DS41RT_GEMM_RASTER");
+        return e && std::strcmp(e, "jobs") == 0;
+    }();
+    P.raster_jobs_first = jobs_first;
     int64_t n_tiles = 0, n_jobs = 0;
     const x_tile *tiles = nullptr;
     if (single(a)) {
@@ -648,7 +665,11 @@ Status run(const gemm_fp8_grouped_args &a, void *workspace, cudaStream_t stream)
     const auto kernel = single(a) ? gemm_kernel<IMAGE> : a.fp4 ? gemm_kernel<FP4_BYTES> : gemm_kernel<FP8_BYTES>;
     const int smem = single(a) ? ring<IMAGE>::smem : a.fp4 ? ring<FP4_BYTES>::smem : ring<FP8_BYTES>::smem;
     DS41RT_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    kernel<<<dim3(unsigned(n_jobs), unsigned(round_up(a.N, tn) / tn)), THREADS, smem, stream>>>(P);
+    const unsigned w_tiles = unsigned(round_up(a.N, tn) / tn);
+    if (single(a) || P.raster_jobs_first)
+        kernel<<<dim3(unsigned(n_jobs), w_tiles), THREADS, smem, stream>>>(P);
+    else
+        kernel<<<dim3(unsigned(n_jobs) * w_tiles), THREADS, smem, stream>>>(P);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }
