@@ -41,8 +41,11 @@ struct serve_args {
     std::string api_key;
     int max_queue = 64;
     int max_running = 8;
-    int step_tokens = 256;
-    int prefill_chunk = 128;
+    // A prompt's chunks re-read every routed expert a layer: at 128 tokens a step a 2048-token
+    // prompt prefilled at 2389 tok/s, at 512 at 6424 (H100, 8 V4.1 layers, session 23), for a
+    // step of ~80 ms instead of ~54 beside the running streams' decode rows.
+    int step_tokens = 512;
+    int prefill_chunk = 512;
     int64_t max_context = 0;
     int max_output_tokens = 4096;
     std::string served_model_name;

@@ -52,8 +52,8 @@ namespace ds41rt::serving {
 struct scheduler_options {
     int32_t max_queue = 64;           // requests waiting for admission; more are rejected
     int32_t max_running = 8;          // requests holding an engine sequence at once
-    int32_t step_token_budget = 256;  // tokens in one engine step (decode rows + prefill chunks)
-    int32_t prefill_chunk = 128;      // most prompt tokens of one request in one step
+    int32_t step_token_budget = 512;  // tokens in one engine step (decode rows + prefill chunks)
+    int32_t prefill_chunk = 512;      // most prompt tokens of one request in one step (cmd_serve.cpp: why)
     int64_t max_context = 0;          // 0: the model's max_position_embeddings
 };
 

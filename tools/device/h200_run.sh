@@ -61,9 +61,9 @@ for model in v41 v4; do
   layers=$([ $model = v41 ] && echo "${LAYERS:-$default_layers}" || echo "${V4_LAYERS:-$default_layers}")
   "$D/ds41rt" bench --model-type $model --layers "$layers" --decode-steps 32 --concurrency 1,4,16 \
     --commit "${COMMIT:-unknown}" --out "$OUT/bench-$model" 2>&1 | tee "$OUT/bench-$model.log" | grep -v '^$' || rc=1
-  # A prompt as serve feeds it by default (--prefill-chunk 128): what a user's prefill gets.
-  "$D/ds41rt" bench --model-type $model --layers "$layers" --concurrency '' --prefill 2048 --prefill-chunk 128 \
-    --commit "${COMMIT:-unknown}" --out "$OUT/bench-$model-chunk128" 2>&1 | tee "$OUT/bench-$model-chunk128.log" |
+  # A prompt as serve feeds it by default (--prefill-chunk 512): what a user's prefill gets.
+  "$D/ds41rt" bench --model-type $model --layers "$layers" --concurrency '' --prefill 2048 --prefill-chunk 512 \
+    --commit "${COMMIT:-unknown}" --out "$OUT/bench-$model-chunk512" 2>&1 | tee "$OUT/bench-$model-chunk512.log" |
     grep 'prefill' || rc=1
 done
 exit $rc

@@ -784,7 +784,7 @@ Status device_model::run_grouped(const std::vector<grouped_job> &jobs, lin cls) 
 }
 
 // A GEMM of few tiles (gemm_fp8_sm90's 128 x 256: a short prompt chunk through a narrow FP8 weight,
-// as serve's 128-token chunks) leaves most SMs idle after writing the weight's whole BF16 image,
+// as `serve --prefill-chunk 128`) leaves most SMs idle after writing the weight's whole BF16 image,
 // where the GEMV pieces read the weight once per 16 rows at decode speed: H100, session 22, at
 // M 128 wo_a's eight 4-tile GEMMs took 600 us a layer, its GEMV at M 1 24 us for all eight; the
 // shared w1 + w3, wq_a + wkv and wo_b GEMMs (2-16 tiles) likewise lost to 8 GEMV pieces or tied.

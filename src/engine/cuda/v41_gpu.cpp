@@ -13,10 +13,11 @@
 //
 // The router, the indexer's top-k (OFFICIAL) and the routed experts of a decode step read and
 // write device memory only (routed_decode; key_lists writes the picked entries into the attention
-// lists on the device), so a decode step synchronises once, for its logits. What still comes to
-// the host: TRANSFORMERS' index scores (torch's tie order has no GPU twin), prefill's routes
-// (MXFP4 prefill plans expert by expert on the host), EXL3 layers' routes (exl3_moe plans on
-// the host at every size; those layers' MoE is not part of the graphs) and remote layers' rows.
+// lists on the device), so a decode step synchronises once, for its picks (device_sampling) or
+// its logits rows. What still comes to the host: TRANSFORMERS' index scores (torch's tie order
+// has no GPU twin), prefill's routes (MXFP4 prefill plans expert by expert on the host), EXL3
+// layers' routes (exl3_moe plans on the host at every size; those layers' MoE is not part of the
+// graphs) and remote layers' rows.
 //
 // Decode steps of up to 16 rows replay CUDA graphs of their fixed-shape pieces (step_bufs.h,
 // step_graphs.h): per layer the output projection, the FFN site and the MoE, with the next layer's
