@@ -2,7 +2,8 @@
 // live sequences, step()'s input checks and its loop over sequences. A model supplies the state
 // type (it must have `int64_t len`), how a fresh state looks, and the forward of one sequence's
 // new tokens. Sequences are run one after another: the reference has no cross-sequence batching
-// (the GPU engine overrides step() to run them as one batch, with check_inputs() and state_of()).
+// (engine/cuda/gpu_engine overrides step() to run them as one batch, with check_inputs() and
+// state_of()).
 #pragma once
 
 #include <map>

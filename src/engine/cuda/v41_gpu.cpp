@@ -55,7 +55,7 @@
 #include "backend/cuda/topk.cuh"
 #include "engine/cpu_engine.h"
 #include "engine/cuda/device_model.h"
-#include "engine/cuda/device_sampling.h"
+#include "engine/cuda/gpu_engine.h"
 #include "engine/cuda/key_lists.h"
 #include "engine/cuda/section_timer.h"
 #include "engine/cuda/side_branch.h"
@@ -141,7 +141,7 @@ struct shared_sel {
 
 using step_rows = gpu::step_rows<seq_dev>;
 
-class v41_gpu final : public cpu_engine<seq_dev> {
+class v41_gpu final : public gpu_engine<seq_dev> {
 public:
     v41_gpu(std::unique_ptr<device_model> m, engram_hasher h, bool has_engram, bool profile,
             const experts::remote_layout &remote)
@@ -903,32 +903,9 @@ private:
         return Status::ok();
     }
 
-    // ---- one step: every sequence's new tokens through the whole model (spec 4.1) ----
-public:
-    Status step(const std::vector<step_input> &inputs, std::vector<Tensor> *logits) override {
-        return run_step(inputs, logits, nullptr);
-    }
-    Status step_sampled(const std::vector<step_input> &inputs, std::vector<Tensor> *logits,
-                        std::vector<sample_result> *sampled) override {
-        return run_step(inputs, logits, sampled);
-    }
-
-private:
-    Status run_step(const std::vector<step_input> &inputs, std::vector<Tensor> *logits,
-                    std::vector<sample_result> *sampled) {
-        logits->clear();
-        DS41RT_RETURN_IF_ERROR(check_inputs(inputs));
-        return batched_step<seq_dev>(
-            inputs, c_.vocab_size, [&](seq_id s) -> seq_dev & { return state_of(s); },
-            [&](step_rows &B, const std::vector<int32_t> &t, float *l) { return forward_rows(B, t, l); }, logits,
-            sampled, device_samples(*m_));
-    }
-
-    // One sequence alone (cpu_engine's interface; step() above batches instead).
-    Status forward(seq_dev &sq, const std::vector<int32_t> &tokens, int64_t keep, float *logits) const override {
-        step_rows B = single_rows(sq, int64_t(tokens.size()), keep);
-        return forward_rows(B, tokens, logits);
-    }
+    // ---- one step: every sequence's new tokens through the whole model (spec 4.1); gpu_engine
+    // runs a step's inputs as one batch of rows through forward_rows ----
+    const device_model &gpu_model() const override { return *m_; }
 
     // Decode steps (up to the MoE decode kernels' 16 rows) replay graphs of their fixed-shape
     // pieces, once a step of that row count has run eagerly (which sizes the workspaces the
@@ -955,7 +932,7 @@ private:
         return nccl_->stage(layer, nm, S, int(c_.n_activated_experts));
     }
 
-    Status forward_rows(step_rows &B, const std::vector<int32_t> &tokens, float *logits) const {
+    Status forward_rows(step_rows &B, const std::vector<int32_t> &tokens, float *logits) const override {
         const auto issue0 = std::chrono::steady_clock::now();
         const int64_t S = B.rows, D = c_.dim, V = c_.vocab_size;
         const int hc = c_.hc_mult;

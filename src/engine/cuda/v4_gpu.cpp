@@ -40,7 +40,7 @@
 #include "backend/cuda/topk.cuh"
 #include "backend/cpu/ops.h"
 #include "engine/cpu_engine.h"
-#include "engine/cuda/device_sampling.h"
+#include "engine/cuda/gpu_engine.h"
 #include "engine/cuda/key_lists.h"
 #include "engine/cuda/section_timer.h"
 #include "engine/cuda/side_branch.h"
@@ -111,7 +111,7 @@ struct seq_picks {
 
 using step_rows = gpu::step_rows<seq_dev>;
 
-class v4_gpu final : public cpu_engine<seq_dev> {
+class v4_gpu final : public gpu_engine<seq_dev> {
 public:
     v4_gpu(std::unique_ptr<device_model> m, bool profile)
         : m_(std::move(m)), c_(m_->config()), official_(m_->official()), prof_(profile), products_(profile) {
@@ -605,38 +605,15 @@ private:
         return Status::ok();
     }
 
-    // ---- one step: every sequence's new tokens through the whole model (spec 3.1-3.10) ----
-public:
-    Status step(const std::vector<step_input> &inputs, std::vector<Tensor> *logits) override {
-        return run_step(inputs, logits, nullptr);
-    }
-    Status step_sampled(const std::vector<step_input> &inputs, std::vector<Tensor> *logits,
-                        std::vector<sample_result> *sampled) override {
-        return run_step(inputs, logits, sampled);
-    }
-
-private:
-    Status run_step(const std::vector<step_input> &inputs, std::vector<Tensor> *logits,
-                    std::vector<sample_result> *sampled) {
-        logits->clear();
-        DS41RT_RETURN_IF_ERROR(check_inputs(inputs));
-        return batched_step<seq_dev>(
-            inputs, c_.vocab_size, [&](seq_id s) -> seq_dev & { return state_of(s); },
-            [&](step_rows &B, const std::vector<int32_t> &t, float *l) { return forward_rows(B, t, l); }, logits,
-            sampled, device_samples(*m_));
-    }
-
-    // One sequence alone (cpu_engine's interface; step() above batches instead).
-    Status forward(seq_dev &sq, const std::vector<int32_t> &tokens, int64_t keep, float *logits) const override {
-        step_rows B = single_rows(sq, int64_t(tokens.size()), keep);
-        return forward_rows(B, tokens, logits);
-    }
+    // ---- one step: every sequence's new tokens through the whole model (spec 3.1-3.10); gpu_engine
+    // runs a step's inputs as one batch of rows through forward_rows ----
+    const device_model &gpu_model() const override { return *m_; }
 
     // Decode steps (up to 16 rows) replay graphs of their fixed-shape pieces once a step of that
     // row count has run eagerly; profiling runs eagerly (section events are not graph nodes).
     step_bucket *bucket_for(int64_t S) const { return prof_.on() ? nullptr : buckets_.get(*m_, S, cuda::MOE_MAX_ROWS); }
 
-    Status forward_rows(step_rows &B, const std::vector<int32_t> &tokens, float *logits) const {
+    Status forward_rows(step_rows &B, const std::vector<int32_t> &tokens, float *logits) const override {
         const auto issue0 = std::chrono::steady_clock::now();
         const int64_t S = B.rows, D = c_.dim, V = c_.vocab_size;
         const int hc = c_.hc_mult;
