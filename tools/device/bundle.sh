@@ -2,8 +2,10 @@
 # Packs what the H200 run needs from a build made here (scripts/build.sh) into BUILD/dev: the
 # GPU binaries, stripped, and the non-glibc shared libraries ds41rt links (the device machine has
 # no Debian -dev packages; libnccl is left out: ~200 MB, and the device brings its own, e.g. torch's
-# nvidia-nccl-cu13, put on LD_LIBRARY_PATH by h200x2_nccl_run.sh), and BUILD/dev.tar.xz of it: the device run copies at most 64 MiB with
-# the repository, and the bundle is ~32 MB unpacked, ~8 MB packed.
+# nvidia-nccl-cu13, put on LD_LIBRARY_PATH by h200x2_nccl_run.sh), and BUILD/dev.tar.xz of it: the
+# device run copies at most 64 MiB with the repository (~42 MB of it tracked files), and the bundle
+# is ~105 MB unpacked, 10 MB packed with xz -9 (-6 -T2: 20 MB). Anything else put in BUILD/dev
+# (e.g. a second ds41rt for an A/B) goes along, and costs little: the window finds what it shares.
 # Usage: tools/device/bundle.sh [BUILD_DIR]   (default: build)
 set -euo pipefail
 B=${1:-build}
@@ -14,5 +16,5 @@ done
 for lib in $(ldd "$B/ds41rt" | awk '/=>/ {print $3}' | grep -v -E 'lib(c|m|stdc\+\+|nccl)\.so|ld-linux'); do
   cp -L "$lib" "$B/dev/lib/"
 done
-XZ_OPT="-6 -T2" tar -C "$B" -cJf "$B/dev.tar.xz" dev
+XZ_OPT="-9 -T1" tar -C "$B" -cJf "$B/dev.tar.xz" dev  # one thread: -9's 64 MB window finds the binaries' shared bytes
 du -sh "$B/dev" "$B/dev.tar.xz"
