@@ -8,7 +8,8 @@
 // engine does (cpu::fake_quant_fp4_ue8m0, block 32) or left as random fp32 (a harder case for
 // the sum order). Metric: bit-exact, -inf entries included; the GPU sums each dot in fp64 in the
 // host's channel order and the heads in the host's order, without contraction. scores are
-// poisoned with NaN. index_scores_rows (several sequences' rows in one launch) and a top-k over
+// poisoned with NaN. Where the keys are FP4 (as the engines store them), the same keys packed
+// (cache_pack) give the same bits. index_scores_rows (several sequences' rows in one launch) and a top-k over
 // its padded block: bit-equal to each sequence's own scores and top-k.
 #include <gtest/gtest.h>
 
@@ -100,6 +101,19 @@ protected:
             size_t masked = 0;
             for (float v : ref) masked += std::isinf(v);
             std::printf("[ info ] %s: %zu bit mismatches of %zu (%zu masked)\n", what.c_str(), bad, ref.size(), masked);
+            if (quant && ihd % 32 == 0) {  // the same keys packed as the cache stores them: the same bits
+                dev_vec<uint8_t> codes(size_t(T * ihd / 2)), scales(size_t(T * ihd / 32));
+                ASSERT_TRUE(cuda::pack_fp4_ue8m0(dk.p, T, ihd, 32, {codes.p, scales.p}, nullptr).is_ok());
+                ds.poison();
+                ASSERT_TRUE(cuda::index_scores(dq.p, cuda::fp4_rows{codes.p, scales.p}, dw.p, p, ds.p, nullptr).is_ok());
+                const size_t pbad = testing_util::bit_mismatches(ds.download(), ref, what + " packed keys");
+                std::printf("[ info ] %s, packed keys: %zu bit mismatches\n", what.c_str(), pbad);
+                if (time)
+                    testing_util::print_timing(
+                        what + " packed keys", double(T * (ihd / 2 + ihd / 32) + S * ih * ihd * 4 + S * T * 4), [&] {
+                            (void)cuda::index_scores(dq.p, cuda::fp4_rows{codes.p, scales.p}, dw.p, p, ds.p, nullptr);
+                        }, 20);
+            }
             if (time)
                 testing_util::print_timing(what, double(T * ihd * 4 + S * ih * ihd * 4 + S * T * 4),
                                            [&] { (void)cuda::index_scores(dq.p, dk.p, dw.p, p, ds.p, nullptr); }, 20);
@@ -236,6 +250,18 @@ TEST(CudaIndexerRows, BatchedRowsSelectAsEachSequenceAlone) {
                 seqs.size(), (long long)Tmax, score_bad, pick_bad);
     EXPECT_EQ(score_bad, 0u);
     EXPECT_EQ(pick_bad, 0u);
+    // The same rows with every sequence's keys packed as the cache stores them: the same bits.
+    std::deque<dev_vec<uint8_t>> codes, scales;
+    std::vector<cuda::index_row> packed = rows;
+    for (size_t i = 0, r = 0; i < seqs.size(); i++) {
+        const int64_t T = std::max<int64_t>(seqs[i].T, 1);
+        codes.emplace_back(size_t(T * ihd / 2)), scales.emplace_back(size_t(T * ihd / 32));
+        ASSERT_TRUE(cuda::pack_fp4_ue8m0(dk[i].p, T, ihd, 32, {codes.back().p, scales.back().p}, nullptr).is_ok());
+        for (int s = 0; s < seqs[i].rows; s++, r++) packed[r].keys = cuda::fp4_rows{codes.back().p, scales.back().p};
+    }
+    batch.poison();
+    ASSERT_TRUE(cuda::index_scores_rows(packed.data(), R, p, Tmax, batch.p, nullptr).is_ok());
+    EXPECT_EQ(testing_util::bit_mismatches(batch.download(), bs, "index_scores_rows, packed keys"), 0u);
     std::vector<cuda::index_row> too_many(size_t(cuda::INDEX_ROWS_MAX + 1), rows[0]);
     EXPECT_FALSE(cuda::index_scores_rows(too_many.data(), int(too_many.size()), p, Tmax, batch.p, nullptr).is_ok());
     rows[0].T = Tmax + 1;

@@ -196,6 +196,14 @@ TEST_P(GpuVsCpu, OfficialPrefillWithDenseGemms) {
     official_prefill_with(GetParam().fixture, "DS41RT_PREFILL_GEMV_MAX_M", "16", "dense gemms");
 }
 
+// The index keys stored packed (FP4 codes and scales, DS41RT_PACKED_INDEX_KEYS=1; fp32 rows by
+// default): the V4.1 QAT fixture's 32-channel keys take it (the others' 40 and V4's keys keep
+// fp32 rows), the same bits as fp32 keys since every key is FP4-quantized before it is stored.
+TEST_P(GpuVsCpu, OfficialPrefillWithPackedIndexKeys) {
+    if (GetParam().mode != engine::numerics::OFFICIAL) GTEST_SKIP() << "official_prefill_with runs official numerics";
+    official_prefill_with(GetParam().fixture, "DS41RT_PACKED_INDEX_KEYS", "1", "packed index keys");
+}
+
 // Decode steps whose fixed-shape pieces replay CUDA graphs (engine/cuda step_graphs) against the
 // same engine launching every kernel eagerly: the same kernels on the same inputs, so the logits
 // must agree bit for bit, step after step (the first decode step of a row count runs eagerly and

@@ -1,8 +1,9 @@
 // Lightning-indexer scores (engine v41_model.cpp indexer(), the score loop), bit for bit.
 //
-// Shapes: q [S, ih, ihd] fp32, keys [T, ihd] fp32, w [S, ih] fp32, scores [S, T] fp32.
-// Cost (V4.1: ih 32, ihd 128): reads T * 512 B of keys (33.5 MB at T = 65536) plus 16 KB of q per
-// row, writes 4 S T; 2 S T ih ihd FLOPs, done in fp64: 0.54 GFLOP per query row at T = 65536.
+// Shapes: q [S, ih, ihd] fp32, keys [T, ihd] fp32 or packed FP4 (index_keys), w [S, ih] fp32,
+// scores [S, T] fp32.
+// Cost (V4.1: ih 32, ihd 128): reads T * 512 B of fp32 keys (33.5 MB at T = 65536; packed: 68 B a
+// key, 4.5 MB) plus 16 KB of q per row, writes 4 S T; 2 S T ih ihd FLOPs, done in fp64: 0.54 GFLOP per query row at T = 65536.
 // Bound: the fp64 pipe (~34 TFLOP/s on the H200, non-tensor): ~16 us per query row at
 // T = 65536 against ~8 us of key bytes at ~4.3 TB/s, so compute-bound from S = 1 (S = 16: ~0.26 ms;
 // keys are re-read from L2 by each row's blocks). fp64 is the price of cpu::dot's fp64 sum
@@ -28,6 +29,7 @@
 
 #include <string>
 
+#include "backend/cuda/block_quant.cuh"
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/numerics.cuh"
 
@@ -55,10 +57,20 @@ __device__ __forceinline__ float head_term(float dot, float wh, const index_scor
                       : __fmul_rn(__fmul_rn(relu_host(dot), p.qk_scale), wh);
 }
 
+// Channel c of key t: an fp32 row's, or a packed row's exact value (cache_pack's unpack). A packed
+// key costs ihd / 2 + ihd / 32 bytes (68 at V4.1's 128) against 512: the long lists' key reads.
+__device__ __forceinline__ float key_at(const index_keys &k, int64_t t, int c, int ihd) {
+    if (k.f32) return k.f32[t * ihd + c];
+    using dev::qkind;
+    const uint8_t b = k.codes[t * (ihd / 2) + c / 2];
+    const float s = dev::scale_value(qkind::FP4_UE8M0, k.scales[t * (ihd / 32) + c / 32]);
+    return dev::value_of<qkind::FP4_UE8M0>(uint8_t(c & 1 ? b >> 4 : b & 0xfu), s);
+}
+
 // One block's 128 keys of one query row: qs [ih, ihd], wrow [ih], keys [T, ihd]; out[t] for
 // t < n_out (n_out >= T: columns from T on are padding, -inf like the masked keys).
 template <int HT>
-__device__ __forceinline__ void score_block(const float *qs, const float *wrow, const float *keys, int64_t T, int64_t visible,
+__device__ __forceinline__ void score_block(const float *qs, const float *wrow, const index_keys &keys, int64_t T, int64_t visible,
                                             int64_t n_out, const index_score_params &p, float *out) {
     extern __shared__ __align__(16) double smem[];
     const int ih = p.ih, ihd = p.ihd, tid = threadIdx.x;
@@ -75,7 +87,7 @@ __device__ __forceinline__ void score_block(const float *qs, const float *wrow, 
     for (int h = tid; h < ih; h += BT) ws[h] = head_weight(wrow[h], p);
     for (int e = tid; e < BT * ihd; e += BT) {
         const int r = e / ihd, c = e % ihd;
-        ks[c * PITCH + r] = t0 + r < T ? keys[(t0 + r) * ihd + c] : 0.0f;
+        ks[c * PITCH + r] = t0 + r < T ? key_at(keys, t0 + r, c, ihd) : 0.0f;
     }
     __syncthreads();
     if (t >= n_out) return;
@@ -115,7 +127,7 @@ size_t smem_short(const index_score_params &p) {
     return (size_t(p.ih) + kt) * (p.ihd + 1) * 4 + kt * p.ih * 4 + size_t(p.ih) * 4;
 }
 
-__device__ __forceinline__ void score_keys_short(const float *qs, const float *wrow, const float *keys, int64_t T,
+__device__ __forceinline__ void score_keys_short(const float *qs, const float *wrow, const index_keys &keys, int64_t T,
                                                  int64_t visible, int64_t n_out, const index_score_params &p,
                                                  float *out) {
     extern __shared__ __align__(16) double smem[];
@@ -134,7 +146,7 @@ __device__ __forceinline__ void score_keys_short(const float *qs, const float *w
     for (int h = tid; h < ih; h += BT) ws[h] = head_weight(wrow[h], p);
     for (int e = tid; e < KT * ihd; e += BT) {
         const int r = e / ihd, c = e % ihd;
-        ks[r * QP + c] = t0 + r < T ? keys[(t0 + r) * ihd + c] : 0.0f;
+        ks[r * QP + c] = t0 + r < T ? key_at(keys, t0 + r, c, ihd) : 0.0f;
     }
     __syncthreads();
     const int kk = tid / ih, h = tid % ih;
@@ -156,14 +168,14 @@ __device__ __forceinline__ void score_keys_short(const float *qs, const float *w
     out[t] = p.official ? dev::round_bf16(acc) : acc;
 }
 
-__global__ void __launch_bounds__(BT) index_scores_short_kernel(const float *q, const float *keys, const float *w,
+__global__ void __launch_bounds__(BT) index_scores_short_kernel(const float *q, const index_keys keys, const float *w,
                                                                 index_score_params p, float *scores) {
     const int64_t s = blockIdx.y;
     score_keys_short(q + s * p.ih * p.ihd, w + s * p.ih, keys, p.T, (p.p0 + s + 1) / p.ratio, p.T, p, scores + s * p.T);
 }
 
 template <int HT>
-__global__ void __launch_bounds__(BT) index_scores_kernel(const float *q, const float *keys, const float *w,
+__global__ void __launch_bounds__(BT) index_scores_kernel(const float *q, const index_keys keys, const float *w,
                                                           index_score_params p, float *scores) {
     const int64_t s = blockIdx.y;
     score_block<HT>(q + s * p.ih * p.ihd, w + s * p.ih, keys, p.T, (p.p0 + s + 1) / p.ratio, p.T, p, scores + s * p.T);
@@ -205,7 +217,7 @@ Status smem_fits(const index_score_params &p, int optin, size_t smem) {
 }
 
 template <int HT>
-Status launch(const float *q, const float *keys, const float *w, const index_score_params &p, float *scores,
+Status launch(const float *q, const index_keys &keys, const float *w, const index_score_params &p, float *scores,
               cudaStream_t stream) {
     static const int optin = optin_for(index_scores_kernel<HT>);
     DS41RT_RETURN_IF_ERROR(smem_fits(p, optin, smem_bytes(p)));
@@ -228,7 +240,7 @@ Status launch_rows(const row_table &tab, int rows, const index_score_params &p, 
 
 }  // namespace
 
-Status index_scores(const float *q, const float *keys, const float *w, const index_score_params &p, float *scores,
+Status index_scores(const float *q, index_keys keys, const float *w, const index_score_params &p, float *scores,
                     cudaStream_t stream) {
     if (p.S < 0 || p.S > 65535 || p.T < 0 || p.ih < 1 || p.ihd < 2 || p.ihd % 2 != 0 || p.p0 < 0 || p.ratio < 1)
         return Status::invalid_argument("index_scores: S " + std::to_string(p.S) + " (<= 65535), T " +
@@ -236,7 +248,9 @@ Status index_scores(const float *q, const float *keys, const float *w, const ind
                                         std::to_string(p.ihd) + " (even), p0 " + std::to_string(p.p0) + ", ratio " +
                                         std::to_string(p.ratio));
     if (p.S == 0 || p.T == 0) return Status::ok();
-    if (!q || !keys || !w || !scores) return Status::invalid_argument("index_scores: null q, keys, w or scores");
+    if (!q || !keys.set() || !w || !scores) return Status::invalid_argument("index_scores: null q, keys, w or scores");
+    if (keys.packed() && p.ihd % 32 != 0)
+        return Status::invalid_argument("index_scores: packed FP4 keys need ihd a multiple of 32, not " + std::to_string(p.ihd));
     if (short_layout(p, p.T)) {
         static const int optin = optin_for(index_scores_short_kernel);
         DS41RT_RETURN_IF_ERROR(smem_fits(p, optin, smem_short(p)));
@@ -263,10 +277,12 @@ Status index_scores_rows(const index_row *rows, int n, const index_score_params 
     row_table tab{};
     for (int i = 0; i < n; i++) {
         const index_row &r = rows[i];
-        if (r.T < 0 || r.T > ld || r.visible < 0 || (r.T > 0 && (!r.q || !r.w || !r.keys)))
+        if (r.T < 0 || r.T > ld || r.visible < 0 || (r.T > 0 && (!r.q || !r.w || !r.keys.set())) ||
+            (r.keys.packed() && p.ihd % 32 != 0))
             return Status::invalid_argument("index_scores_rows: row " + std::to_string(i) + " has T " + std::to_string(r.T) +
                                             " (0..ld " + std::to_string(ld) + "), visible " + std::to_string(r.visible) +
-                                            " or a null q, w or keys");
+                                            ", a null q, w or keys, or packed keys with ihd " + std::to_string(p.ihd) +
+                                            " not a multiple of 32");
         tab.r[i] = r;
     }
     if (short_layout(p, ld)) {

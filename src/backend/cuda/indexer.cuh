@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/cache_pack.cuh"
 #include "core/status.h"
 
 namespace ds41rt::backend::cuda {
@@ -24,6 +25,20 @@ struct index_score_params {
     bool official = false;    // OFFICIAL's bf16 roundings; else TRANSFORMERS' fp32
 };
 
+// An index source's keys [T, ihd]: fp32 rows, or packed FP4 rows as the cache stores them
+// (cache_pack.cuh fp4_rows, E2M1 codes and an E8M0 scale per 32 channels: ihd % 32 == 0), read as
+// their exact values (what unpack_fp4_ue8m0 gives: the FP4 fake quant the engines apply to every
+// key, so the scores are the same bits either way).
+struct index_keys {
+    const float *f32 = nullptr;
+    const uint8_t *codes = nullptr, *scales = nullptr;
+    index_keys() = default;
+    index_keys(const float *k) : f32(k) {}  // NOLINT: fp32 keys convert implicitly
+    index_keys(fp4_rows r) : codes(r.codes), scales(r.scales) {}  // NOLINT
+    bool packed() const { return !f32 && codes; }
+    bool set() const { return f32 || (codes && scales); }
+};
+
 // scores[s, t] = sum over h (ascending) of relu(q[s, h] . k[t]) weighted by w[s, h], with the
 // host's two numerics branches: TRANSFORMERS fp32 max(dot, 0) * qk_scale * (w * head_scale);
 // OFFICIAL bf16(max(bf16(dot), 0) * bf16(w * (qk_scale * head_scale))) summed in fp32 and
@@ -32,13 +47,14 @@ struct index_score_params {
 // Graph-replayable: yes (p0 is baked per launch; a replayed decode step patches it). The first
 // call per head tiling reads the device's shared-memory limit and raises the kernel's (host
 // calls, no stream work); make it once before capturing a graph.
-Status index_scores(const float *q, const float *keys, const float *w, const index_score_params &p, float *scores,
+Status index_scores(const float *q, index_keys keys, const float *w, const index_score_params &p, float *scores,
                     cudaStream_t stream);
 
 // One query row of index_scores_rows: its q [ih, ihd] and w [ih], its sequence's keys [T, ihd]
 // and how many of them it sees (visible = (p0 + s + 1) / ratio for its position).
 struct index_row {
-    const float *q = nullptr, *w = nullptr, *keys = nullptr;
+    const float *q = nullptr, *w = nullptr;
+    index_keys keys;
     int64_t T = 0, visible = 0;
 };
 constexpr int INDEX_ROWS_MAX = 16;  // rows per call (a decode step's)

@@ -4,8 +4,9 @@
 //
 // Weights are the checkpoint's stored bytes (device_model); sequence state lives on the device:
 // the window ring of every layer, and per KV source the open compression group, the compressed
-// entries and the index keys (fp32 rows; the packed paged pools of backend/cuda cache_pack are
-// the next step). Activations are stream-ordered temporaries.
+// entries (fp32 rows) and the index keys (fp32 rows, or packed FP4 rows in cache_pack's layout
+// with DS41RT_PACKED_INDEX_KEYS=1; the window and the compressed entries packed, and paged pools,
+// are the next steps). Activations are stream-ordered temporaries.
 //
 // A step runs the new tokens of all its sequences as one set of rows (step_rows): row-wise ops
 // over every row, the state-owning steps (Engram history, compressor, indexer, window ring)
@@ -110,7 +111,17 @@ struct layer_dev {
 
 
 struct source_dev {
-    dev_rows buf_kv, buf_gate, entries, index_keys;
+    dev_rows buf_kv, buf_gate, entries;
+    // The index keys: fp32 rows, or with DS41RT_PACKED_INDEX_KEYS=1 packed FP4 (68 bytes a V4.1
+    // key, not 512) where index_head_dim is a multiple of 32: the indexer then FP4-quantizes every
+    // key, so packing is exact.
+    fp4_dev_rows keys_fp4;
+    dev_rows keys_f32;
+    bool packed_keys = false;
+    int64_t n_keys() const { return packed_keys ? keys_fp4.rows : keys_f32.rows; }
+    cuda::index_keys keys() const {
+        return packed_keys ? cuda::index_keys(keys_fp4.all()) : cuda::index_keys(keys_f32.buf.f());
+    }
 };
 
 struct seq_dev {
@@ -150,6 +161,7 @@ public:
         m_->set_product_timer(&products_);
         if (const char *e = std::getenv("DS41RT_BATCHED_SELECT")) batched_select_ = std::string(e) != "0";
         if (const char *e = std::getenv("DS41RT_DEVICE_KEY_LISTS")) device_key_lists_ = std::string(e) != "0";
+        if (const char *e = std::getenv("DS41RT_PACKED_INDEX_KEYS")) packed_keys_ = std::string(e) == "1";
         if (layout_.any_remote()) remote_ = std::make_unique<experts::remote_experts>(layout_, c_.dim);
 #ifdef DS41RT_HAVE_NCCL
         bool any_nccl = false;
@@ -299,7 +311,8 @@ public:
             if (c_.is_kv_source(l)) {
                 source_dev &src = s.sources[l];
                 src.buf_kv.width = src.buf_gate.width = src.entries.width = c_.head_dim;
-                src.index_keys.width = c_.index_head_dim;
+                src.keys_f32.width = src.keys_fp4.width = c_.index_head_dim;
+                src.packed_keys = packed_keys_ && c_.index_head_dim % 32 == 0;
             }
         return s;
     }
@@ -464,10 +477,11 @@ private:
             if (!lp) return lp.status();
             DS41RT_RETURN_IF_ERROR(rope(k.f(), n_latent, ihd, lp->as<int64_t>(), 1, inv_compress_, false));
             if (ihd % 32 == 0) DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp4_ue8m0(k.f(), n_latent, ihd, 32, st()));
-            DS41RT_RETURN_IF_ERROR(m_->append(src.index_keys, k.f(), n_latent));
+            DS41RT_RETURN_IF_ERROR(src.packed_keys ? m_->append(src.keys_fp4, k.f(), n_latent)
+                                                   : m_->append(src.keys_f32, k.f(), n_latent));
         }
         (void)hd;
-        const int64_t T = src.index_keys.rows;
+        const int64_t T = src.n_keys();
         if (T == 0 || !select) return Status::ok();  // nothing to select yet; earlier selections stay published
 
         cuda::index_score_params ip;
@@ -481,7 +495,7 @@ private:
         ip.head_scale = 1.0f / std::sqrt(float(ih));
         ip.official = official_;
         dtemp scores_d = m_->temp_f32(S * T);
-        DS41RT_RETURN_IF_ERROR(cuda::index_scores(q, src.index_keys.buf.f(), w, ip, scores_d.f(), st()));
+        DS41RT_RETURN_IF_ERROR(cuda::index_scores(q, src.keys(), w, ip, scores_d.f(), st()));
         const int64_t k = std::min<int64_t>(c_.index_topk, T);
         sh.has_topk = true;
         sh.topk.assign(size_t(S), {});
@@ -552,14 +566,15 @@ private:
         std::vector<seq_rows> first;
         int64_t Tmax = 0;
         for (size_t i = 0; i < B.seq.size(); i++) {
-            const dev_rows &keys = B.seq[i]->sources.at(c_.kv_source_for(layer)).index_keys;
-            if (keys.rows == 0) continue;
-            first.push_back({i, int64_t(rows.size()), keys.rows});
+            const source_dev &src = B.seq[i]->sources.at(c_.kv_source_for(layer));
+            const int64_t T = src.n_keys();
+            if (T == 0) continue;
+            first.push_back({i, int64_t(rows.size()), T});
             for (int64_t s = 0; s < B.n[i]; s++) {
                 const int64_t r = B.off[i] + s;
-                rows.push_back({q + r * ih * ihd, w + r * ih, keys.buf.f(), keys.rows, (B.p0[i] + s + 1) / ratio});
+                rows.push_back({q + r * ih * ihd, w + r * ih, src.keys(), T, (B.p0[i] + s + 1) / ratio});
             }
-            Tmax = std::max(Tmax, keys.rows);
+            Tmax = std::max(Tmax, T);
         }
         if (rows.empty()) return Status::ok();
         const int64_t R = int64_t(rows.size()), K = std::min<int64_t>(c_.index_topk, Tmax);
@@ -1056,6 +1071,10 @@ private:
     // Window halves of the key lists written on the device (key_lists.h); DS41RT_DEVICE_KEY_LISTS=0:
     // built on the host, for comparing.
     bool device_key_lists_ = true;
+    // Index keys stored packed (source_dev) with DS41RT_PACKED_INDEX_KEYS=1. Off by default: the
+    // scores kernel decodes a packed key channel by channel, 1.5x slower than reading fp32 keys
+    // (H100, session 24: 124 against 83 us for one row over 65536 keys), for 7.5x less memory.
+    bool packed_keys_ = false;
     const uint16_t *embed_ = nullptr;
     dlinear head_;
     const float *norm_ = nullptr, *inv_main_ = nullptr, *inv_compress_ = nullptr;
