@@ -31,7 +31,10 @@
 //   reads the checkpoint's bytes (FP8 or MXFP4, 128 rows x 64 k a stage: 8 or 4 KB + scales) with
 //   cp.async into a 4-stage raw ring and decodes them to BF16 into the operand stage (E4M3 -> f16 ->
 //   f32 by the converts, times the power-of-two scale, -> BF16; E2M1 -> BF16 by byte permutes and a
-//   bf16x2 multiply by the scale: exact); 3 stages. That decode (one warp in three) bounds it.
+//   bf16x2 multiply by the scale: exact); 3 stages. What bounds a group is not settled: neither
+//   the decode (a rewrite of 2.5x fewer instructions: the same time) nor the ring depth (4 operand
+//   stages or 12 raw ones: 11-13% slower), H100 session 24; its time follows the weight tiles, not
+//   the rows. Suspect: each stage reads 32 bytes from each of 128 weight rows 2560 bytes apart.
 // - two MMA warpgroups of 64 x 256 outputs (groups: 128 x 128): per stage and half of the columns
 //   (groups: of the rows), four m64n128k16 wgmmas sum the stage's 64 k from zero, and the partial
 //   is added into fp32 accumulators (round to nearest; the tensor cores' own running sum
@@ -39,7 +42,7 @@
 //   block-wide barrier in the loop, so one warpgroup's adds overlap the other's MMAs.
 // A block is one job: one product's 128-row x tile against 256 weight rows; for a group a 256-row
 // x tile against 128 weight rows (each warpgroup 128 rows in two halves), so that a decoded weight
-// stage serves 256 rows: the decode that bounds a group costs half as much per row.
+// stage serves 256 rows: a weight tile's cost (which bounds a group) is shared by twice the rows.
 //
 // Roofline at V4.1 prefill, M = 2048: wq_b (N 32768, K 1280) 172 GFLOP, ~231 us at the BF16 rate;
 // wo_b (5120 x 8192) the same; an MXFP4 expert w1 (2304 x 5120) 48 GFLOP, 65 us. Bytes from L2 per
@@ -464,7 +467,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
     // next job's (block b: job b / tiles, tile b % tiles; raster_jobs_first keeps the x-major
     // order, for comparing), so the blocks that read one x tile run at once and share it in L2. It
     // moved little (H100, session 23, 8192 tokens: w2 51.0 -> 47.9 ms, w1 + w3 unchanged; within
-    // 3% either way at 1K-4K): the loaders' decode bounds the product, not x's traffic. The single
+    // 3% either way at 1K-4K): x's traffic does not bound the product (see the top). The single
     // product keeps blockIdx (x, y) = (row tile, weight tile): its weight image is the larger
     // operand, shared down a column.
     uint32_t jb = blockIdx.x, nt = blockIdx.y;

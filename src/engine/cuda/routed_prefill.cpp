@@ -65,7 +65,7 @@ Status run_nvfp4(const device_model &m, const std::vector<cuda::nvfp4_matrix> &m
 }
 
 // Rows an expert must average for the grouped GEMM to beat the GEMV pieces. The grouped kernel's
-// loading warps decode each expert's MXFP4 to BF16 once per 256 rows at ~0.5 TB/s of weight bytes
+// blocks read and decode each expert's MXFP4 once per 256 rows at ~0.5 TB/s of weight bytes
 // whatever the rows (its MMAs skip a tile's padding halves), the pieces read each expert once per
 // 16 of its rows at ~0.9 TB/s. H100 (session 22, V4.1 8 layers, the bench's weight products): at
 // 2048 tokens (32 rows an expert) 99 ms in GEMV pieces, 131 grouped; at 4096 (64 rows) 180 and
