@@ -3,7 +3,8 @@
 // Shapes: q [S, ih, ihd] fp32, keys [T, ihd] fp32 or packed FP4 (index_keys), w [S, ih] fp32,
 // scores [S, T] fp32.
 // Cost (V4.1: ih 32, ihd 128): reads T * 512 B of fp32 keys (33.5 MB at T = 65536; packed: 68 B a
-// key, 4.5 MB) plus 16 KB of q per row, writes 4 S T; 2 S T ih ihd FLOPs, done in fp64: 0.54 GFLOP per query row at T = 65536.
+// key, 4.5 MB) plus 16 KB of q per row, writes 4 S T; 2 S T ih ihd FLOPs, done in fp64: 0.54
+// GFLOP per query row at T = 65536.
 // Bound: the fp64 pipe (~34 TFLOP/s on the H200, non-tensor): ~16 us per query row at
 // T = 65536 against ~8 us of key bytes at ~4.3 TB/s, so compute-bound from S = 1 (S = 16: ~0.26 ms;
 // keys are re-read from L2 by each row's blocks). fp64 is the price of cpu::dot's fp64 sum
@@ -70,8 +71,8 @@ __device__ __forceinline__ float key_at(const index_keys &k, int64_t t, int c, i
 // One block's 128 keys of one query row: qs [ih, ihd], wrow [ih], keys [T, ihd]; out[t] for
 // t < n_out (n_out >= T: columns from T on are padding, -inf like the masked keys).
 template <int HT>
-__device__ __forceinline__ void score_block(const float *qs, const float *wrow, const index_keys &keys, int64_t T, int64_t visible,
-                                            int64_t n_out, const index_score_params &p, float *out) {
+__device__ __forceinline__ void score_block(const float *qs, const float *wrow, const index_keys &keys, int64_t T,
+                                            int64_t visible, int64_t n_out, const index_score_params &p, float *out) {
     extern __shared__ __align__(16) double smem[];
     const int ih = p.ih, ihd = p.ihd, tid = threadIdx.x;
     double *qd = smem;                                         // [ih, ihd]
@@ -250,7 +251,8 @@ Status index_scores(const float *q, index_keys keys, const float *w, const index
     if (p.S == 0 || p.T == 0) return Status::ok();
     if (!q || !keys.set() || !w || !scores) return Status::invalid_argument("index_scores: null q, keys, w or scores");
     if (keys.packed() && p.ihd % 32 != 0)
-        return Status::invalid_argument("index_scores: packed FP4 keys need ihd a multiple of 32, not " + std::to_string(p.ihd));
+        return Status::invalid_argument("index_scores: packed FP4 keys need ihd a multiple of 32, not " +
+                                        std::to_string(p.ihd));
     if (short_layout(p, p.T)) {
         static const int optin = optin_for(index_scores_short_kernel);
         DS41RT_RETURN_IF_ERROR(smem_fits(p, optin, smem_short(p)));

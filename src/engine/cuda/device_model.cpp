@@ -562,10 +562,13 @@ std::vector<float> device_model::download_f32(const float *dev, int64_t n, Statu
     return h;
 }
 
+// A growing row buffer's next capacity for `need` rows: doubling, at least 16.
+static int64_t grown_cap(int64_t cap, int64_t need) { return std::max({cap * 2, need, int64_t(16)}); }
+
 // Room for n more rows of r (capacity doubles; the old rows are copied on the stream).
 Status device_model::reserve(dev_rows &r, int64_t n) const {
     if (r.rows + n > r.cap) {
-        const int64_t cap = std::max({r.cap * 2, r.rows + n, int64_t(16)});
+        const int64_t cap = grown_cap(r.cap, r.rows + n);
         dtemp nb = temp_f32(cap * r.width);
         if (r.rows > 0)
             DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(nb.f(), r.buf.f(), size_t(r.rows * r.width) * sizeof(float),
@@ -589,7 +592,7 @@ Status device_model::append(fp4_dev_rows &r, const float *src, int64_t n) const 
     if (n <= 0) return Status::ok();
     const int64_t cb = r.width / 2, sb = r.width / 32;  // code and scale bytes a row
     if (r.rows + n > r.cap) {
-        const int64_t cap = std::max({r.cap * 2, r.rows + n, int64_t(16)});
+        const int64_t cap = grown_cap(r.cap, r.rows + n);
         dtemp codes = temp(size_t(cap * cb)), scales = temp(size_t(cap * sb));
         if (r.rows > 0) {
             DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(codes.as<void>(), r.codes.as<void>(), size_t(r.rows * cb),
