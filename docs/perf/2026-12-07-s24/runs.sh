@@ -6,7 +6,7 @@
 #     against f88919c at 1K-8K tokens, and with every expert on the grouped GEMM (1K / 2K).
 #   runs.sh ring: the ring shapes of the grouped MXFP4 GEMM (DS41RT_GEMM_FP4_RING, from
 #     grouped-decode-and-ring-shapes.patch) against f88919c; never ran (the device time left after
-#     eleven refused requests allowed only ring-min).
+#     fourteen refused requests allowed only ring-min).
 #   runs.sh ring-min (run 2): every GPU test, then four shapes at 8192 tokens.
 #   runs.sh bench: tools/device/h200_run.sh's V4.1 bench.
 set -o pipefail
