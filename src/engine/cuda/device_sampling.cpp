@@ -101,4 +101,14 @@ Status sample_on_device(const device_model &m, const float *lg, int64_t V, const
     return Status::ok();
 }
 
+Status finish_rows(const device_model &m, const float *lg, int64_t R, int64_t V,
+                   const std::vector<const sample_spec *> &samples, std::vector<sample_result> *sampled, float *logits,
+                   section_timer &prof) {
+    if (samples.empty()) return R > 0 ? m.to_host(logits, lg, size_t(R * V) * sizeof(float)) : m.sync();
+    prof.begin("sample", m.stream());
+    DS41RT_RETURN_IF_ERROR(sample_on_device(m, lg, V, samples, sampled));
+    prof.end(m.stream());
+    return Status::ok();
+}
+
 }  // namespace ds41rt::engine::gpu

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/cuda/device_model.h"
+#include "engine/cuda/section_timer.h"
 #include "engine/engine.h"
 
 namespace ds41rt::engine::gpu {
@@ -18,5 +19,12 @@ bool device_samples(const device_model &m);
 // entries); synchronises the stream once.
 Status sample_on_device(const device_model &m, const float *lg, int64_t V, const std::vector<const sample_spec *> &specs,
                         std::vector<sample_result> *out);
+
+// The end of a step, its one synchronisation: with SAMPLE rows (`samples`), their picks from the
+// device sampler into *sampled (timed as section "sample" on prof); otherwise the R logits rows
+// [R, V] of lg to the host array `logits`, or, with none, a plain sync.
+Status finish_rows(const device_model &m, const float *lg, int64_t R, int64_t V,
+                   const std::vector<const sample_spec *> &samples, std::vector<sample_result> *sampled, float *logits,
+                   section_timer &prof);
 
 }  // namespace ds41rt::engine::gpu

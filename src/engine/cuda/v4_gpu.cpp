@@ -683,14 +683,7 @@ private:
         if (!lg) return lg.status();
         end();
         prof_.add_host("host.issue", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - issue0).count());
-        // The step's one synchronisation: its picks, its logits, or neither.
-        if (!B.samples.empty()) {
-            begin("sample");
-            DS41RT_RETURN_IF_ERROR(sample_on_device(*m_, lg->f(), V, B.samples, &B.sampled));
-            end();
-        } else {
-            DS41RT_RETURN_IF_ERROR(R > 0 ? m_->to_host(logits, lg->f(), size_t(R * V) * sizeof(float)) : m_->sync());
-        }
+        DS41RT_RETURN_IF_ERROR(finish_rows(*m_, lg->f(), R, V, B.samples, &B.sampled, logits, prof_));
         DS41RT_RETURN_IF_ERROR(routed_.check(*m_));
         prof_.collect();
         products_.collect();
