@@ -15,6 +15,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -224,6 +225,39 @@ TEST_F(CudaGemmFp8, v4_prefill_shapes) {
     check_each({true, 1024, 2048, 4096, 32, 128}, true);     // routed expert w1
 }
 
+// One product's short tiles (DS41RT_GEMM_IMAGE_COLS=128: 128 weight rows a block, the MMA loop
+// that overlaps its adds with the next stage's wgmmas) sum the same 64-k partials in the same
+// order as the 256-row tiles: the same bits, every element written (NaN poison), and the time of
+// each printed.
+TEST_F(CudaGemmFp8, image_short_tiles_give_the_same_bits) {
+    if (!cuda::gemm_fp8_kernel_usable(dev_, cuda::gemm_fp8_kernel::WGMMA)) GTEST_SKIP() << "short tiles are the wgmma kernel's";
+    struct unset_at_exit {
+        ~unset_at_exit() { unsetenv("DS41RT_GEMM_IMAGE_COLS"); }
+    } unset;
+    for (const auto &[M, N, K] : {std::tuple{17, 300, 96}, std::tuple{300, 1000, 1280}, std::tuple{2048, 32768, 1280},
+                                  std::tuple{2048, 5120, 8192}})
+        for (bool exact : {false, true}) {
+            const auto q = testing_util::random_fp8_block(N, K, 32, 32, uint32_t(N + K));
+            spec s{false, M, N, K, 32, 32};
+            s.kernel = cuda::gemm_fp8_kernel::WGMMA;
+            gpu_case g(dev_, s, q, make_x(M, K, uint32_t(M + 3)));
+            g.args().exact_x = exact;
+            g.size_workspace();
+            const std::string what = s.what() + (exact ? " exact_x" : "");
+            unsetenv("DS41RT_GEMM_IMAGE_COLS");
+            const std::vector<float> tall = g.run();
+            const double t_tall = g.seconds_per_run(5);
+            setenv("DS41RT_GEMM_IMAGE_COLS", "128", 1);
+            const std::vector<float> short_tiles = g.run();
+            const double t_short = g.seconds_per_run(5);
+            ASSERT_TRUE(std::all_of(tall.begin(), tall.end(), [](float v) { return std::isfinite(v); })) << what;
+            EXPECT_EQ(std::memcmp(tall.data(), short_tiles.data(), tall.size() * 4), 0) << what << ": short tiles differ";
+            const double flop = 2.0 * M * N * K * (exact ? 3 : 1);
+            std::printf("[ gemm_fp8 ] %-40s tiles 128 x 256 %8.1f us %6.1f TFLOP/s, 128 x 128 %8.1f us %6.1f TFLOP/s\n",
+                        what.c_str(), t_tall * 1e6, flop / t_tall * 1e-12, t_short * 1e6, flop / t_short * 1e-12);
+        }
+}
+
 // Row m's bits do not depend on M: the first rows of a 2048-row run equal the same rows run
 // alone (no split K, one k order per output). The two kernels may differ from each other in the
 // last bits (the tensor cores' sums of a 32-k block), not from themselves.
@@ -358,7 +392,14 @@ TEST_F(CudaGemmFp8, bf16_weights) {
 TEST_F(CudaGemmFp8, grouped_experts) {
     if (!cuda::gemm_fp8_kernel_usable(dev_, cuda::gemm_fp8_kernel::WGMMA))
         GTEST_SKIP() << "the grouped product needs the wgmma kernel";
+    // Both x tile heights (256 rows; 128, the short tiles' overlapped MMA loop): the same bits as
+    // the rows run alone, whose kernel sums the same partials in the same order.
+    struct unset_at_exit {
+        ~unset_at_exit() { unsetenv("DS41RT_GEMM_GROUP_ROWS"); }
+    } unset;
+    for (const char *tile_rows : {"256", "128"})
     for (bool fp4 : {true, false}) {
+        setenv("DS41RT_GEMM_GROUP_ROWS", tile_rows, 1);
         const int N = 300, K = 640, act = 32;
         const std::vector<int64_t> rows = {37, 0, 1, 130, 300};  // expert e's rows follow expert e - 1's
         int64_t R = 0;
@@ -401,8 +442,8 @@ TEST_F(CudaGemmFp8, grouped_experts) {
             for (size_t g = 0; g < spans.size(); g++) {
                 const auto [r0, n] = spans[g];
                 if (n == 0) continue;
-                const std::string what = std::string(fp4 ? "grouped mxfp4" : "grouped fp8") + (round ? " bf16" : "") + " group " +
-                                         std::to_string(g) + " rows " + std::to_string(n);
+                const std::string what = std::string(fp4 ? "grouped mxfp4" : "grouped fp8") + (round ? " bf16" : "") + " tiles of " +
+                                         tile_rows + " rows, group " + std::to_string(g) + " rows " + std::to_string(n);
                 std::vector<float> y(size_t(n) * N);
                 cudaMemcpy(y.data(), yd[g]->p, y.size() * 4, cudaMemcpyDeviceToHost);
                 std::vector<float> xq(x.begin() + r0 * K, x.begin() + (r0 + n) * K), ref(size_t(n) * N);

@@ -9,6 +9,8 @@
 //        ds41rt_cuda_bench OUT_DIR gemv-sweep  (writes OUT_DIR/gemv-sweep.md / .json: every
 // gemv_tuning of a grid over the V4.1 decode launches, official numerics, M = 1 and 16; prints
 // the tunings ranked by the summed M = 1 time of one layer's launches)
+//        ds41rt_cuda_bench OUT_DIR grouped  (the routed experts' grouped MXFP4 GEMM of a V4.1
+// prefill: grouped_gemm_bench.cpp)
 // Method: several copies of each weight rotate so a repeat never finds its weight in L2 (decode
 // streams every weight once per token); the launches over all copies are captured in one CUDA
 // graph (as the decode step will be) and its replays timed with CUDA events, warm-up first,
@@ -336,6 +338,8 @@ int sweep(const cuda::device_info &dev, const std::string &out, double copy_bw) 
 
 }  // namespace
 
+int grouped_bench(const cuda::device_info &dev, const std::string &out);  // grouped_gemm_bench.cpp
+
 int main(int argc, char **argv) {
     const std::string out = argc > 1 ? argv[1] : ".";
     std::error_code ec;
@@ -352,6 +356,7 @@ int main(int argc, char **argv) {
     const cuda::device_info dev = d.value();
     const double copy_bw = copy_bandwidth();
     if (argc > 2 && std::string(argv[2]) == "gemv-sweep") return sweep(dev, out, copy_bw);
+    if (argc > 2 && std::string(argv[2]) == "grouped") return grouped_bench(dev, out);
     int driver = 0, runtime = 0;
     cudaDriverGetVersion(&driver);
     cudaRuntimeGetVersion(&runtime);

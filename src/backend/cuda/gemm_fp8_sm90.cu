@@ -43,6 +43,15 @@
 // A block is one job: one product's 128-row x tile against 256 weight rows; for a group a 256-row
 // x tile against 128 weight rows (each warpgroup 128 rows in two halves), so that a decoded weight
 // stage serves 256 rows: a weight tile's cost (which bounds a group) is shared by twice the rows.
+// Short tiles (128 x 128; DS41RT_GEMM_GROUP_ROWS=128 for groups, DS41RT_GEMM_IMAGE_COLS=128 for
+// one product, read at every call; built in session 25, not yet measured, so off by default):
+// each warpgroup owns 64 rows x 128 columns, and each stage's partial goes into one of two
+// register sets while the previous stage's, complete (wgmma wait_group 1), is added: the adds run
+// under the next stage's wgmmas, where the tall tiles wait for each half's wgmmas before adding
+// (at V4.1's ~128 rows an expert at 8192 tokens the tall group tile also leaves its second
+// warpgroup idle). The same partials added in the same order: the same bits as the tall tiles.
+// Also for measuring only: DS41RT_GEMM_L2_256=1 (the weight's raw copies ask L2 for 256 bytes),
+// DS41RT_GEMM_PROBE=1 / 2 (skip the MMAs / the weight's copies and decode: wrong results).
 //
 // Roofline at V4.1 prefill, M = 2048: wq_b (N 32768, K 1280) 172 GFLOP, ~231 us at the BF16 rate;
 // wo_b (5120 x 8192) the same; an MXFP4 expert w1 (2304 x 5120) 48 GFLOP, 65 us. Bytes from L2 per
@@ -61,6 +70,7 @@
 
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -83,13 +93,12 @@ namespace ds41rt::backend::cuda::gemm_fp8_sm90 {
 namespace {
 
 constexpr int BK = 64;  // BK BF16 = one 128-byte swizzle row
-// A block's tile: one product (IMAGE) 128 x rows against 256 weight rows; a group 256 x rows
-// against 128 weight rows, so that each weight stage the loaders decode serves twice the rows.
-constexpr int BM = 128, BN = 256, GBM = 256, GBN = 128;
+// A block's tile, TM x rows against TN weight rows: one product (IMAGE) 128 x 256 (or 128 x 128),
+// a group 256 x 128 (or 128 x 128); 128 x 128 is gemm_kernel's short tile.
+constexpr int BM = 128, BN = 256, GBN = 128;
 constexpr int CONSUMERS = 256, LOADERS = 128, THREADS = CONSUMERS + LOADERS;
 constexpr int PREP_THREADS = 256;
-constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES, GA_BYTES = GBM * BK * 2;
-static_assert(GA_BYTES + GBN * BK * 2 == STAGE_BYTES, "both tiles fill the same stage");
+constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
 // A raw stage (groups): the weight's bytes (item i of 8 k at 8i, FP8; 4i, MXFP4), then two scale
 // words a row.
 constexpr int ITEMS = GBN * BK / 8, ITEMS_PER_THREAD = ITEMS / LOADERS;
@@ -98,18 +107,23 @@ constexpr int RAW_DATA = GBN * BK, RAW_BYTES = RAW_DATA + GBN * 2 * 4;
 // two bulk copies a stage), or the checkpoint's FP8 / MXFP4 bytes decoded by the loading warpgroup
 // (groups: the experts of a layer have no room for BF16 images).
 enum mode { IMAGE, FP8_BYTES, FP4_BYTES };
-template <int MODE>
+// The ring of kernel <MODE, TM, TN>: operand stages (x's tile, then the weight's; ~192 KB of them),
+// and for groups the raw ring the loaders decode from.
+template <int MODE, int TM, int TN>
 struct ring {
-    static constexpr int stages = MODE == IMAGE ? 4 : 3, raw = MODE == IMAGE ? 0 : 4;
-    static constexpr int smem = stages * STAGE_BYTES + raw * RAW_BYTES + 2 * stages * 8 + 1024;  // + 1024 alignment slack
+    static constexpr int ab = TM * BK * 2, stage_bytes = ab + TN * BK * 2;  // x's bytes a stage, all of them
+    static constexpr int stages = MODE == IMAGE ? (TN == 256 ? 4 : 6) : TM == 256 ? 3 : 4, raw = MODE == IMAGE ? 0 : 4;
+    static constexpr int smem = stages * stage_bytes + raw * RAW_BYTES + 2 * stages * 8 + 1024;  // + 1024 alignment slack
+    static_assert(ab % 1024 == 0 && stage_bytes % 1024 == 0, "swizzle atoms 1024-byte aligned");
 };
-constexpr int SMEM_BYTES = ring<IMAGE>::smem > ring<FP8_BYTES>::smem ? ring<IMAGE>::smem : ring<FP8_BYTES>::smem;
-static_assert(STAGE_BYTES % 1024 == 0 && A_BYTES % 1024 == 0 && GA_BYTES % 1024 == 0, "swizzle atoms 1024-byte aligned");
+constexpr int cmax(int a, int b) { return a > b ? a : b; }
+constexpr int SMEM_BYTES = cmax(cmax(ring<IMAGE, BM, BN>::smem, ring<IMAGE, BM, 128>::smem),
+                                cmax(ring<FP8_BYTES, 256, GBN>::smem, ring<FP8_BYTES, 128, GBN>::smem));
 static_assert(ITEMS % LOADERS == 0 && GBN * 2 % LOADERS == 0, "loads split evenly");
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-struct x_tile {  // a GBM-row tile of x's operand image: rows [row0, row0 + rows) of x
+struct x_tile {  // a tile of x's operand image (tm rows): rows [row0, row0 + rows) of x
     int64_t row0;
     int32_t rows, pad;
 };
@@ -133,20 +147,25 @@ struct params {
     int lbo, lbi, scols;  // FP8 scale grid: log2 of its block sizes (powers of two), its columns
     bool round_bf16;
     bool raster_jobs_first = false;  // groups: x-major block order (DS41RT_GEMM_RASTER=jobs), for comparing
+    // Groups, for measuring: the weight's raw copies ask L2 for the 256 bytes around them
+    // (DS41RT_GEMM_L2_256=1); probe (DS41RT_GEMM_PROBE, wrong results: never outside a benchmark):
+    // 1 the MMA warps skip their wgmmas, 2 the loaders skip the weight's copies and decode.
+    bool l2_256 = false;
+    int probe = 0;
 };
 
 // The tiles and jobs of `a`, built the same way for sizing the workspace and for running: each
-// group's rows in GBM-row tiles, a tile shared by the groups that read the same rows.
+// group's rows in tm-row tiles, a tile shared by the groups that read the same rows.
 struct tables {
     std::vector<x_tile> tiles;
     std::vector<job> jobs;
 };
-tables tables_of(const gemm_fp8_grouped_args &a) {
+tables tables_of(const gemm_fp8_grouped_args &a, int tm) {
     tables t;
     std::map<std::pair<int64_t, int64_t>, int32_t> seen;
     for (const gemm_fp8_group &g : a.groups)
-        for (int64_t r = 0; r < g.rows; r += GBM) {
-            const int32_t rows = int32_t(std::min<int64_t>(GBM, g.rows - r));
+        for (int64_t r = 0; r < g.rows; r += tm) {
+            const int32_t rows = int32_t(std::min<int64_t>(tm, g.rows - r));
             auto [it, fresh] = seen.try_emplace({g.row0 + r, rows}, int32_t(t.tiles.size()));
             if (fresh) t.tiles.push_back({g.row0 + r, rows, 0});
             t.jobs.push_back({g.w, g.scale, g.y + r * a.N, it->second, rows});
@@ -158,11 +177,11 @@ struct layout {
     int64_t kp;
     size_t xi, tiles, jobs, total;
 };
-layout layout_of(const gemm_fp8_grouped_args &a, const tables &t) {
+layout layout_of(const gemm_fp8_grouped_args &a, const tables &t, int tm) {
     layout l;
     l.kp = round_up(a.K, BK);
     l.xi = 0;
-    l.tiles = round_up(int64_t(t.tiles.size()) * GBM * l.kp * 2, 256);
+    l.tiles = round_up(int64_t(t.tiles.size()) * tm * l.kp * 2, 256);
     l.jobs = l.tiles + size_t(round_up(int64_t(t.tiles.size() * sizeof(x_tile)), 256));
     l.total = l.jobs + t.jobs.size() * sizeof(job);
     return l;
@@ -180,7 +199,7 @@ __device__ __forceinline__ uint32_t bf16_piece(float v, int piece) {
 // exact; the act_block / 4 lanes of a block agree on its amax by shuffles. Exact (pieces 3): x as
 // it is, in three K segments of kseg (hi, mid, lo; gemm_fp8_args::exact_x), which the weight image
 // repeats. One thread per 4 channels. Bytes: rows K 4 read, tiles bm Kp 2 written. No table
-// (tiles null): rows [0, rows) in order. bm: the tiles' rows (BM, or GBM for groups).
+// (tiles null): rows [0, rows) in order. bm: the tiles' rows (BM, or a group's tm).
 __global__ void x_image_kernel(const float *x, const x_tile *tiles, int64_t rows, int64_t n_tiles, int bm, int K, int64_t kseg,
                                int pieces, int lanes, uint8_t *xi, uint32_t *rest_nonzero) {
     const int64_t kp = kseg * pieces, per_row = kp / 4, total = n_tiles * bm * per_row;
@@ -281,6 +300,15 @@ __device__ __forceinline__ void cp_async(void *dst, const void *src, int src_byt
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(smem_u32(dst)), "l"(src), "n"(BYTES), "r"(src_bytes)
                  : "memory");
 }
+// The same, asking L2 for the 256 bytes around src: a weight row's next stages (32 bytes of MXFP4
+// a stage, rows 2560 bytes apart at K 5120) then come from L2, the row read from DRAM in 256-byte
+// pieces instead of 32-byte ones.
+template <int BYTES>
+__device__ __forceinline__ void cp_async_l2_256(void *dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global.L2::256B [%0], [%1], %2, %3;" ::"r"(smem_u32(dst)), "l"(src), "n"(BYTES),
+                 "r"(src_bytes)
+                 : "memory");
+}
 
 // Shared-memory matrix descriptor of a K-major tile in the 128-byte swizzle: rows of 128 bytes,
 // 8-row atoms 1024 bytes apart (stride byte offset); the leading byte offset is unused in this
@@ -376,10 +404,12 @@ __device__ __forceinline__ void load_raw(const params &P, const job &J, uint8_t 
     for (int i = 0; i < ITEMS_PER_THREAD; i++) {
         const uint32_t row = uint32_t(lt >> 3) + 16u * uint32_t(i), item = uint32_t(lt) + uint32_t(LOADERS * i);
         const bool live = k_live && row < live_rows;
-        if constexpr (FP4)
-            cp_async<4>(raw + item * 4, J.w + (live ? (n0 + row) * uint32_t(P.K / 2) + k / 2 : 0u), live ? 4 : 0);
+        const uint8_t *src = J.w + (live ? (n0 + row) * uint32_t(FP4 ? P.K / 2 : P.K) + (FP4 ? k / 2 : k) : 0u);
+        uint8_t *dst = raw + item * (FP4 ? 4 : 8);
+        if (P.l2_256)
+            cp_async_l2_256<FP4 ? 4 : 8>(dst, src, live ? (FP4 ? 4 : 8) : 0);
         else
-            cp_async<8>(raw + item * 8, J.w + (live ? (n0 + row) * uint32_t(P.K) + k : 0u), live ? 8 : 0);
+            cp_async<FP4 ? 4 : 8>(dst, src, live ? (FP4 ? 4 : 8) : 0);
     }
     uint8_t *sw = raw + RAW_DATA;
     const uint32_t ks = uint32_t(kt * BK + (lt & 1) * 32);
@@ -447,17 +477,51 @@ __device__ __forceinline__ void store_pair(const params &P, const job &J, int m,
 
 #endif  // DS41RT_WGMMA_BODY
 
-template <int MODE>
+// The MMA warpgroups' loop of a short tile (128 x 128): warpgroup wg owns rows 64 wg .. 64 wg + 63
+// against the tile's 128 weight rows. Each stage's 64 k go into one of two partials (p[kt % 2])
+// while the previous stage's partial, complete (wait_group 1), is added into acc: the tensor
+// cores get the next stage's wgmmas while the adds run, where a tall tile waits for each half's
+// wgmmas before adding them. Same products, same partials, the same order of adds: the same bits.
+#if DS41RT_WGMMA_BODY
+__device__ __forceinline__ void add_partial(float (&acc)[64], float (&p)[64]) {
+    fence_regs(p);
+#pragma unroll
+    for (int i = 0; i < 64; i++) acc[i] += p[i];
+}
+template <int STAGES, int STAGE, int AB>
+__device__ __forceinline__ void mma_stage(const uint8_t *smem, uint64_t *full, uint64_t *empty, int kt, bool live, int wg, int lane,
+                                          float (&acc)[64], float (&cur)[64], float (&prev)[64]) {
+    const int s = kt % STAGES;
+    mbar_wait(&full[s], uint32_t(kt / STAGES) & 1);
+    if (live) {
+        const uint8_t *st = smem + s * STAGE;
+        const uint64_t da = smem_desc(st + wg * 64 * 128), db = smem_desc(st + AB);
+        fence_regs(cur);
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < BK / 16; k++) wgmma_m64n128k16_bf16(cur, da + 2 * k, db + 2 * k, k);
+        wgmma_commit();
+    }
+    if (kt == 0) return;
+    if (live) {
+        wgmma_wait<1>();  // stage kt - 1's group is complete
+        add_partial(acc, prev);
+    }
+    if (lane == 0) mbar_arrive(&empty[(kt - 1) % STAGES]);
+}
+#endif
+
+template <int MODE, int TM, int TN>
 __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant__ params P) {
-    constexpr bool FP4 = MODE == FP4_BYTES;
-    constexpr int STAGES = ring<MODE>::stages, RAW = ring<MODE>::raw;
-    constexpr int TN = MODE == IMAGE ? BN : GBN, AB = MODE == IMAGE ? A_BYTES : GA_BYTES;  // the tile's weight rows, x bytes
+    constexpr bool FP4 = MODE == FP4_BYTES, SHORT = TM == 128 && TN == 128;
+    using R = ring<MODE, TM, TN>;
+    constexpr int STAGES = R::stages, RAW = R::raw, STAGE = R::stage_bytes, AB = R::ab, WB = TN * 128;  // WB: weight bytes a stage
 #if DS41RT_WGMMA_BODY
     extern __shared__ uint8_t smem_raw[];
     // Aligned by an offset on the shared array (not through an integer), so the compiler keeps
     // every access below in the shared space (LDS / STS, not generic loads).
     uint8_t *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
-    uint8_t *raw_ring = smem + STAGES * STAGE_BYTES;
+    uint8_t *raw_ring = smem + STAGES * STAGE;
     uint64_t *full = reinterpret_cast<uint64_t *>(raw_ring + RAW * RAW_BYTES), *empty = full + STAGES;
     const int tid = threadIdx.x, lane = tid & 31;
     // Every thread reads the flag (the pre-pass before this launch wrote it), so the loaders and
@@ -490,45 +554,49 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
     __syncthreads();
 
     // The registers go to the MMA warpgroups: 232 each for 128 accumulators, a 64-float partial and
-    // the addresses, 40 for the loaders (384 threads x 168 as launched; more unrolled loads spill).
+    // the addresses (short tiles: 64 accumulators, two partials), 40 for the loaders (384 threads x
+    // 168 as launched; more unrolled loads spill).
     if (tid >= CONSUMERS) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         const int lt = tid - CONSUMERS;
         const uint8_t *xa = P.xi + int64_t(J.xt) * (P.kp / BK) * AB;  // a tile holds every piece, summed or not
         if constexpr (MODE == IMAGE) {  // one lane streams both operands' tiles
             if (lt == 0) {
-                const uint8_t *wa = P.wi + int64_t(nt) * KW * B_BYTES;
+                // The image's tiles are 256 rows: a 128-row tile is one half of each stage's.
+                const uint8_t *wa = P.wi + int64_t(nt * TN / BN) * KW * B_BYTES + (nt * TN % BN) * 128;
                 for (int kt = 0; kt < KT; kt++) {
                     const int s = kt % STAGES;
                     if (kt >= STAGES) mbar_wait(&empty[s], uint32_t(kt / STAGES - 1) & 1);
-                    uint8_t *st = smem + s * STAGE_BYTES;
-                    mbar_arrive_expect_tx(&full[s], x_bytes + B_BYTES);
+                    uint8_t *st = smem + s * STAGE;
+                    mbar_arrive_expect_tx(&full[s], x_bytes + WB);
                     bulk_copy(st, xa + int64_t(kt) * A_BYTES, x_bytes, &full[s]);
-                    bulk_copy(st + A_BYTES, wa + int64_t(kt % KW) * B_BYTES, B_BYTES, &full[s]);  // one image for every piece
+                    bulk_copy(st + A_BYTES, wa + int64_t(kt % KW) * B_BYTES, WB, &full[s]);  // one image for every piece
                 }
             }
         } else {  // every loader decodes its share of the weight; one lane also copies x
+            const bool decode = P.probe != 2;
 #pragma unroll
             for (int p = 0; p < RAW - 1; p++) {
-                if (p < KT) load_raw<FP4>(P, J, raw_ring + p * RAW_BYTES, p, n0, lt);
+                if (p < KT && decode) load_raw<FP4>(P, J, raw_ring + p * RAW_BYTES, p, n0, lt);
                 asm volatile("cp.async.commit_group;" ::: "memory");
             }
             for (int kt = 0; kt < KT; kt++) {
                 asm volatile("cp.async.wait_group %0;" ::"n"(RAW - 2) : "memory");
-                decode_scales<FP4>(P, J, raw_ring + (kt % RAW) * RAW_BYTES, kt, n0, lt);
+                if (decode) decode_scales<FP4>(P, J, raw_ring + (kt % RAW) * RAW_BYTES, kt, n0, lt);
                 // Every loader's share of raw stage kt landed, and every loader is done decoding
                 // stage kt - 1, whose raw slot is refilled next.
                 asm volatile("bar.sync 1, %0;" ::"n"(LOADERS) : "memory");
-                if (kt + RAW - 1 < KT) load_raw<FP4>(P, J, raw_ring + ((kt + RAW - 1) % RAW) * RAW_BYTES, kt + RAW - 1, n0, lt);
+                if (kt + RAW - 1 < KT && decode)
+                    load_raw<FP4>(P, J, raw_ring + ((kt + RAW - 1) % RAW) * RAW_BYTES, kt + RAW - 1, n0, lt);
                 asm volatile("cp.async.commit_group;" ::: "memory");
                 const int s = kt % STAGES;
                 if (kt >= STAGES) mbar_wait(&empty[s], uint32_t(kt / STAGES - 1) & 1);  // both warpgroups done with it
-                uint8_t *st = smem + s * STAGE_BYTES;
+                uint8_t *st = smem + s * STAGE;
                 if (lt == 0) {
                     mbar_arrive_expect_tx(&full[s], x_bytes);
                     bulk_copy(st, xa + int64_t(kt) * AB, x_bytes, &full[s]);
                 }
-                decode_raw<FP4>(P, J, raw_ring + (kt % RAW) * RAW_BYTES, st + AB, kt, n0, lt);
+                if (decode) decode_raw<FP4>(P, J, raw_ring + (kt % RAW) * RAW_BYTES, st + AB, kt, n0, lt);
                 // The stores were generic-proxy writes; the wgmmas read through the async proxy.
                 asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
                 mbar_arrive(&full[s]);
@@ -539,20 +607,46 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
 
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int wg = tid >> 7;
+    // Accumulator 64h + 4j + e of a thread: row 16 * warp + lane / 4 (+ 8 for e >= 2) of the half's
+    // 64 rows, column 8j + 2 (lane % 4) + (e & 1) of the half's 128 columns.
+    const int mw = ((tid >> 5) & 3) * 16 + (lane >> 2);
+    if constexpr (SHORT) {
+        float acc[64], p0[64], p1[64];
+#pragma unroll
+        for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+        const bool live = wg * 64 < J.rows && P.probe != 1;  // uniform in the warpgroup
+        for (int kt = 0; kt < KT; kt += 2) {
+            mma_stage<STAGES, STAGE, AB>(smem, full, empty, kt, live, wg, lane, acc, p0, p1);
+            if (kt + 1 < KT) mma_stage<STAGES, STAGE, AB>(smem, full, empty, kt + 1, live, wg, lane, acc, p1, p0);
+        }
+        if (live) {
+            wgmma_wait<0>();
+            if ((KT - 1) % 2) add_partial(acc, p1);  // each branch names its array: they stay in registers
+            else add_partial(acc, p0);
+        }
+        const int m = wg * 64 + mw;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const int64_t n = n0 + 8 * j + 2 * (lane & 3);
+            store_pair(P, J, m, n, acc[4 * j + 0], acc[4 * j + 1]);
+            store_pair(P, J, m + 8, n, acc[4 * j + 2], acc[4 * j + 3]);
+        }
+    } else {
     float acc[128], part[64];
 #pragma unroll
     for (int i = 0; i < 128; i++) acc[i] = 0.0f;
     for (int kt = 0; kt < KT; kt++) {
         const int s = kt % STAGES;
         mbar_wait(&full[s], uint32_t(kt / STAGES) & 1);
-        const uint8_t *st = smem + s * STAGE_BYTES;
+        const uint8_t *st = smem + s * STAGE;
         // Each half of the warpgroup's outputs (IMAGE: 128 of the 256 columns of its 64 rows; groups:
         // 64 of its 128 rows, all 128 columns): the stage's 64 k summed by the tensor cores from
         // zero, then added into acc in fp32.
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            if ((MODE == IMAGE ? wg * 64 : wg * 128 + h * 64) >= J.rows) continue;  // padding rows only (uniform in the warpgroup)
-            const uint64_t da = smem_desc(st + (MODE == IMAGE ? wg * 64 : wg * 128 + h * 64) * 128);
+            const int r0 = MODE == IMAGE ? wg * 64 : wg * 128 + h * 64;
+            if (r0 >= J.rows || P.probe == 1) continue;  // padding rows only (uniform in the warpgroup)
+            const uint64_t da = smem_desc(st + r0 * 128);
             const uint64_t db = smem_desc(st + AB + (MODE == IMAGE ? h * 128 * 128 : 0));
             fence_regs(part);
             wgmma_fence();
@@ -566,10 +660,6 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
         }
         if (lane == 0) mbar_arrive(&empty[s]);  // this warp's wgmmas on the stage are complete
     }
-
-    // Accumulator 64h + 4j + e of a thread: row 16 * warp + lane / 4 (+ 8 for e >= 2) of the half's
-    // 64 rows, column 8j + 2 (lane % 4) + (e & 1) of the half's 128 columns.
-    const int mw = ((tid >> 5) & 3) * 16 + (lane >> 2);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int m = (MODE == IMAGE ? wg * 64 : wg * 128 + h * 64) + mw;
@@ -579,6 +669,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_kernel(const __grid_constant_
             store_pair(P, J, m, n, acc[64 * h + 4 * j + 0], acc[64 * h + 4 * j + 1]);
             store_pair(P, J, m + 8, n, acc[64 * h + 4 * j + 2], acc[64 * h + 4 * j + 3]);
         }
+    }
     }
 #endif
 }
@@ -609,10 +700,20 @@ bool fits(const gemm_fp8_grouped_args &a) {
            (!(a.exact_x || a.bf16_weight) || single(a));  // one product (the groups' in-kernel decode reads K once)
 }
 
+// The environment's switches, read at every call so a benchmark can compare settings in one
+// process: DS41RT_GEMM_GROUP_ROWS=128 gives groups the short tiles (x tiles of 128 rows, not 256:
+// a decoded weight stage serves fewer rows, the MMA loop overlaps its adds),
+// DS41RT_GEMM_IMAGE_COLS=128 gives one product the short tiles (weight tiles of 128 rows, not 256:
+// more x reads, the same MMA loop).
+int env_int(const char *name) {
+    const char *e = std::getenv(name);
+    return e && *e ? std::atoi(e) : 0;
+}
+
 size_t workspace_bytes(const gemm_fp8_grouped_args &a) {
     if (single(a))  // x's image (its pieces), the weight's, the flag word
         return size_t((round_up(a.groups[0].rows, BM) * (a.exact_x ? 3 : 1) + round_up(a.N, BN)) * round_up(a.K, BK) * 2 + 256);
-    return layout_of(a, tables_of(a)).total;
+    return std::max(layout_of(a, tables_of(a, 256), 256).total, layout_of(a, tables_of(a, 128), 128).total);
 }
 
 Status run(const gemm_fp8_grouped_args &a, void *workspace, cudaStream_t stream) {
@@ -630,6 +731,10 @@ Status run(const gemm_fp8_grouped_args &a, void *workspace, cudaStream_t stream)
         return e && std::strcmp(e, "jobs") == 0;
     }();
     P.raster_jobs_first = jobs_first;
+    P.l2_256 = env_int("DS41RT_GEMM_L2_256") != 0;
+    P.probe = env_int("DS41RT_GEMM_PROBE");
+    const int tm = single(a) ? BM : env_int("DS41RT_GEMM_GROUP_ROWS") == 128 ? 128 : 256;
+    const int tn = !single(a) ? GBN : env_int("DS41RT_GEMM_IMAGE_COLS") == 128 ? 128 : BN;
     int64_t n_tiles = 0, n_jobs = 0;
     const x_tile *tiles = nullptr;
     if (single(a)) {
@@ -649,8 +754,8 @@ Status run(const gemm_fp8_grouped_args &a, void *workspace, cudaStream_t stream)
             P.rest_nonzero = rest_nonzero;
         }
     } else {
-        const tables t = tables_of(a);
-        const layout l = layout_of(a, t);
+        const tables t = tables_of(a, tm);
+        const layout l = layout_of(a, t, tm);
         n_tiles = int64_t(t.tiles.size()), n_jobs = int64_t(t.jobs.size());
         // Pageable copies: staged before the call returns, so the tables may die with it.
         DS41RT_CUDA_RETURN_IF_ERROR(
@@ -661,13 +766,18 @@ Status run(const gemm_fp8_grouped_args &a, void *workspace, cudaStream_t stream)
         P.jobs = reinterpret_cast<const job *>(ws + l.jobs);
     }
     if (n_jobs == 0) return Status::ok();
-    const int bm = single(a) ? BM : GBM, tn = single(a) ? BN : GBN;
-    x_image_kernel<<<blocks_for(n_tiles * bm * P.kp / 4), PREP_THREADS, 0, stream>>>(a.x, tiles, P.implicit_rows, n_tiles, bm,
+    x_image_kernel<<<blocks_for(n_tiles * tm * P.kp / 4), PREP_THREADS, 0, stream>>>(a.x, tiles, P.implicit_rows, n_tiles, tm,
                                                                                      a.K, kseg, pieces, a.act_block / 4, ws,
                                                                                      rest_nonzero);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    const auto kernel = single(a) ? gemm_kernel<IMAGE> : a.fp4 ? gemm_kernel<FP4_BYTES> : gemm_kernel<FP8_BYTES>;
-    const int smem = single(a) ? ring<IMAGE>::smem : a.fp4 ? ring<FP4_BYTES>::smem : ring<FP8_BYTES>::smem;
+    const auto pick = [&](auto kernel, int smem) { return std::make_pair(kernel, smem); };
+    const auto [kernel, smem] =
+        single(a)   ? (tn == 128 ? pick(gemm_kernel<IMAGE, BM, 128>, ring<IMAGE, BM, 128>::smem)
+                                 : pick(gemm_kernel<IMAGE, BM, BN>, ring<IMAGE, BM, BN>::smem))
+        : tm == 128 ? (a.fp4 ? pick(gemm_kernel<FP4_BYTES, 128, GBN>, ring<FP4_BYTES, 128, GBN>::smem)
+                             : pick(gemm_kernel<FP8_BYTES, 128, GBN>, ring<FP8_BYTES, 128, GBN>::smem))
+                    : (a.fp4 ? pick(gemm_kernel<FP4_BYTES, 256, GBN>, ring<FP4_BYTES, 256, GBN>::smem)
+                             : pick(gemm_kernel<FP8_BYTES, 256, GBN>, ring<FP8_BYTES, 256, GBN>::smem));
     DS41RT_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     const unsigned w_tiles = unsigned(round_up(a.N, tn) / tn);
     if (single(a) || P.raster_jobs_first)

@@ -58,14 +58,35 @@ __device__ __forceinline__ float head_term(float dot, float wh, const index_scor
                       : __fmul_rn(__fmul_rn(relu_host(dot), p.qk_scale), wh);
 }
 
-// Channel c of key t: an fp32 row's, or a packed row's exact value (cache_pack's unpack). A packed
-// key costs ihd / 2 + ihd / 32 bytes (68 at V4.1's 128) against 512: the long lists' key reads.
-__device__ __forceinline__ float key_at(const index_keys &k, int64_t t, int c, int ihd) {
-    if (k.f32) return k.f32[t * ihd + c];
+// Keys t0 .. t0 + n - 1 (zeros from T on) into shared memory by `put(r, c, value)`, the block's
+// threads together: fp32 rows a value a thread, packed rows a word of 8 codes a thread under its
+// scale (cache_pack's layout: low nibble first, so channel 8w + j is nibble j of word w), each the
+// exact value unpack_fp4_ue8m0 gives. A packed key is ihd / 2 + ihd / 32 bytes (68 at V4.1's 128)
+// against 512.
+template <class Put>
+__device__ __forceinline__ void stage_keys(const index_keys &k, int64_t t0, int n, int64_t T, int ihd, Put put) {
+    if (k.f32) {
+        for (int e = threadIdx.x; e < n * ihd; e += blockDim.x) {
+            const int r = e / ihd, c = e % ihd;
+            put(r, c, t0 + r < T ? k.f32[(t0 + r) * ihd + c] : 0.0f);
+        }
+        return;
+    }
     using dev::qkind;
-    const uint8_t b = k.codes[t * (ihd / 2) + c / 2];
-    const float s = dev::scale_value(qkind::FP4_UE8M0, k.scales[t * (ihd / 32) + c / 32]);
-    return dev::value_of<qkind::FP4_UE8M0>(uint8_t(c & 1 ? b >> 4 : b & 0xfu), s);
+    const int words = ihd / 8;
+    for (int e = threadIdx.x; e < n * words; e += blockDim.x) {
+        const int r = e / words, w = e % words;
+        const int64_t t = t0 + r;
+        uint32_t code = 0;
+        float s = 0.0f;
+        if (t < T) {
+            code = *reinterpret_cast<const uint32_t *>(k.codes + t * (ihd / 2) + w * 4);
+            s = dev::scale_value(qkind::FP4_UE8M0, k.scales[t * (ihd / 32) + w / 4]);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            put(r, 8 * w + j, t < T ? dev::value_of<qkind::FP4_UE8M0>(uint8_t((code >> (4 * j)) & 0xfu), s) : 0.0f);
+    }
 }
 
 // One block's 128 keys of one query row: qs [ih, ihd], wrow [ih], keys [T, ihd]; out[t] for
@@ -86,10 +107,7 @@ __device__ __forceinline__ void score_block(const float *qs, const float *wrow, 
     }
     for (int i = tid; i < ih * ihd; i += BT) qd[i] = double(qs[i]);
     for (int h = tid; h < ih; h += BT) ws[h] = head_weight(wrow[h], p);
-    for (int e = tid; e < BT * ihd; e += BT) {
-        const int r = e / ihd, c = e % ihd;
-        ks[c * PITCH + r] = t0 + r < T ? key_at(keys, t0 + r, c, ihd) : 0.0f;
-    }
+    stage_keys(keys, t0, BT, T, ihd, [&](int r, int c, float v) { ks[c * PITCH + r] = v; });
     __syncthreads();
     if (t >= n_out) return;
     if (t >= lim) {
@@ -145,10 +163,7 @@ __device__ __forceinline__ void score_keys_short(const float *qs, const float *w
     }
     for (int i = tid; i < ih * ihd; i += BT) qsm[(i / ihd) * QP + i % ihd] = qs[i];
     for (int h = tid; h < ih; h += BT) ws[h] = head_weight(wrow[h], p);
-    for (int e = tid; e < KT * ihd; e += BT) {
-        const int r = e / ihd, c = e % ihd;
-        ks[r * QP + c] = t0 + r < T ? key_at(keys, t0 + r, c, ihd) : 0.0f;
-    }
+    stage_keys(keys, t0, KT, T, ihd, [&](int r, int c, float v) { ks[r * QP + c] = v; });
     __syncthreads();
     const int kk = tid / ih, h = tid % ih;
     if (t0 + kk < lim) {
