@@ -18,6 +18,8 @@
 //    the engine's lists; counts printed).
 //  - A row computed alone or in a batch (R = 4, and R = 32, which switches both tile shapes):
 //    bit-identical.
+//  - Keys as packed cache records (FP8 window rows, FP4 entries): the bits of the same keys as
+//    fp32 rows.
 // Outputs are poisoned with NaN before each run. The timing line is information only.
 #include <gtest/gtest.h>
 
@@ -375,6 +377,55 @@ TEST_F(CudaAttention, RowAloneEqualsRowInBatch) {
                                                        std::string(official ? "official" : "transformers") + " row " +
                                                            std::to_string(r) + " of R " + std::to_string(R)),
                           0u);
+            }
+        }
+    }
+}
+
+// The caches' packed records as keys (cache_pack.cuh key_record): the window ring as FP8 + E8M0
+// per 32 records, the entries as FP4 + E4M3 per 16, against the same rows unpacked to fp32 (what
+// attention read before the pools): bit-identical outputs in both numerics, at V4.1's shape (R 1:
+// the whole-hd score tile, which decodes while staging; R 32: the chunked tiles and the folded
+// P.V) and at hd 64 (records padded to 16 bytes: 80 and 48); lists of records only, and lists
+// mixing fp32 rows (the window) with records (the entries).
+TEST_F(CudaAttention, PackedKeysGiveTheBitsOfTheirRows) {
+    using cuda::key_format;
+    for (const attn_case &c0 : {real_case(1, 71), real_case(32, 72), fixture_case(64)}) {
+        const int hd = c0.hd, rows0 = int(c0.bufs[0].size()) / hd, rows1 = int(c0.bufs[1].size()) / hd;
+        const int64_t p8 = cuda::key_record_bytes(key_format::FP8_UE8M0_32, hd);
+        const int64_t p4 = cuda::key_record_bytes(key_format::FP4_E4M3_16, hd);
+        dev_vec<float> raw0(c0.bufs[0]), raw1(c0.bufs[1]), un0(c0.bufs[0].size()), un1(c0.bufs[1].size());
+        dev_vec<uint8_t> rec0(size_t(rows0 * p8)), rec1(size_t(rows1 * p4));
+        ASSERT_TRUE(cuda::pack_fp8_ue8m0(raw0.p, rows0, hd, hd, 32, cuda::fp8_records(rec0.p, hd), nullptr).is_ok());
+        ASSERT_TRUE(cuda::pack_fp4_e4m3(raw1.p, rows1, hd, 16, cuda::fp4_records(rec1.p, hd), nullptr).is_ok());
+        ASSERT_TRUE(cuda::unpack_fp8_ue8m0(cuda::fp8_records(rec0.p, hd), rows0, hd, hd, 32, un0.p, nullptr).is_ok());
+        ASSERT_TRUE(cuda::unpack_fp4_e4m3(cuda::fp4_records(rec1.p, hd), rows1, hd, 16, un1.p, nullptr).is_ok());
+        attn_case c = c0;
+        c.bufs[0] = un0.download(), c.bufs[1] = un1.download();
+        device_case d(c);  // fp32 rows
+        for (bool window_packed : {true, false}) {
+            std::vector<const float *> ptrs(d.keys.n, nullptr);
+            for (size_t i = 0; i < c.lists.size(); i++) {
+                const key_ref k = c.lists[i];
+                if (k.buf == 0)
+                    ptrs[i] = window_packed ? cuda::key_record(rec0.p + k.row * p8, key_format::FP8_UE8M0_32)
+                                            : d.buf0.p + size_t(k.row) * hd;
+                else if (k.buf == 1)
+                    ptrs[i] = cuda::key_record(rec1.p + k.row * p4, key_format::FP4_E4M3_16);
+                else
+                    ASSERT_LT(k.buf, 0) << "these cases use two key buffers";
+            }
+            dev_vec<const float *> keys(ptrs);
+            for (bool official : {false, true}) {
+                const std::string what = std::string(official ? "official" : "transformers") + " R " + std::to_string(c.R) +
+                                         " hd " + std::to_string(hd) + (window_packed ? " all packed" : " entries packed");
+                const std::vector<float> want = run_gpu(c, d, official);
+                cuda::attention_batch b = batch_of(c, d, official);
+                b.keys = keys.p;
+                d.out.poison();
+                const Status st = cuda::run_attention(b, nullptr);
+                ASSERT_TRUE(st.is_ok()) << st.to_string();
+                EXPECT_EQ(testing_util::bit_mismatches(d.out.download(), want, what), 0u);
             }
         }
     }

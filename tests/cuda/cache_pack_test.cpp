@@ -135,6 +135,72 @@ TEST_F(CudaCachePack, V4RotatedIndexKeyFp4) {
     check("V4 rotated index key fp4/ue8m0/32", kind::FP4_UE8M0, 96, 128, 128, 32, 68, true);
 }
 
+// Records (a row's codes then its scales in one 16-byte-padded record, as attention reads
+// packed keys): each record's bytes equal the dense arrays' row (checked against the CPU above),
+// and unpacking the records gives the dense unpack's bits, as does pack_fp8_records (rows to
+// records anywhere, the window ring's store); a pitch that cannot hold a row is refused.
+TEST_F(CudaCachePack, RecordsHoldTheDenseRowsBytes) {
+    for (const bool fp8 : {true, false}) {
+        const int64_t rows = 96, hd = 512, block = fp8 ? 32 : 16, code_bytes = fp8 ? hd : hd / 2, nsc = hd / block;
+        const int64_t pitch = cuda::key_record_bytes(fp8 ? cuda::key_format::FP8_UE8M0_32 : cuda::key_format::FP4_E4M3_16, hd);
+        EXPECT_EQ(pitch, fp8 ? 528 : 288);
+        const std::string what = fp8 ? "V4.1 window KV records" : "V4.1 compressed entry records";
+        const std::vector<float> x = testing_util::quant_rows(rows, hd, fp8 ? 5u : 6u);
+        dev_vec<float> dx(x), dense_back(x.size()), rec_back(x.size());
+        dev_vec<uint8_t> codes(size_t(rows * code_bytes)), scales(size_t(rows * nsc)), rec(size_t(rows * pitch));
+        rec.poison();
+        dense_back.poison(), rec_back.poison();
+        Status st;
+        if (fp8) {
+            ASSERT_TRUE(cuda::pack_fp8_ue8m0(dx.p, rows, hd, hd, block, {codes.p, scales.p}, nullptr).is_ok());
+            ASSERT_TRUE(cuda::unpack_fp8_ue8m0({codes.p, scales.p}, rows, hd, hd, block, dense_back.p, nullptr).is_ok());
+            st = cuda::pack_fp8_ue8m0(dx.p, rows, hd, hd, block, cuda::fp8_records(rec.p, hd), nullptr);
+            ASSERT_TRUE(st.is_ok()) << st.to_string();
+            st = cuda::unpack_fp8_ue8m0(cuda::fp8_records(rec.p, hd), rows, hd, hd, block, rec_back.p, nullptr);
+        } else {
+            ASSERT_TRUE(cuda::pack_fp4_e4m3(dx.p, rows, hd, block, {codes.p, scales.p}, nullptr).is_ok());
+            ASSERT_TRUE(cuda::unpack_fp4_e4m3({codes.p, scales.p}, rows, hd, block, dense_back.p, nullptr).is_ok());
+            st = cuda::pack_fp4_e4m3(dx.p, rows, hd, block, cuda::fp4_records(rec.p, hd), nullptr);
+            ASSERT_TRUE(st.is_ok()) << st.to_string();
+            st = cuda::unpack_fp4_e4m3(cuda::fp4_records(rec.p, hd), rows, hd, block, rec_back.p, nullptr);
+        }
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        const std::vector<uint8_t> c = codes.download(), sc = scales.download(), r = rec.download();
+        size_t bad = 0;
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < code_bytes + nsc; j++) {
+                const uint8_t want = j < code_bytes ? c[size_t(i * code_bytes + j)] : sc[size_t(i * nsc + j - code_bytes)];
+                if (r[size_t(i * pitch + j)] != want && bad++ < 5)
+                    ADD_FAILURE() << what << ": row " << i << " byte " << j << " " << int(r[size_t(i * pitch + j)]) << " vs "
+                                  << int(want);
+            }
+        EXPECT_EQ(bad, 0u) << what;
+        EXPECT_EQ(testing_util::bit_mismatches(rec_back.download(), dense_back.download(), what + " unpacked"), 0u);
+        if (fp8) {  // pack_fp8_records, row i into record rows - 1 - i (two launches): the same records
+            dev_vec<uint8_t> rec2(size_t(rows * pitch));
+            rec2.poison();
+            std::vector<cuda::row_pack> jobs;
+            for (int64_t i = 0; i < rows; i++) jobs.push_back({dx.p + i * hd, rec2.p + (rows - 1 - i) * pitch});
+            st = cuda::pack_fp8_records(jobs.data(), int(jobs.size()), hd, nullptr);
+            ASSERT_TRUE(st.is_ok()) << st.to_string();
+            const std::vector<uint8_t> r2 = rec2.download();
+            size_t bad2 = 0;
+            for (int64_t i = 0; i < rows; i++)
+                for (int64_t j = 0; j < code_bytes + nsc; j++)
+                    if (r2[size_t((rows - 1 - i) * pitch + j)] != r[size_t(i * pitch + j)] && bad2++ < 5)
+                        ADD_FAILURE() << "pack_fp8_records: row " << i << " byte " << j;
+            EXPECT_EQ(bad2, 0u);
+            EXPECT_FALSE(cuda::pack_fp8_records(jobs.data(), 1, 40, nullptr).is_ok());  // hd not whole blocks
+        }
+        // A pitch short of a row (aligned), and one that holds it but misaligns the codes.
+        if (fp8) {
+            EXPECT_FALSE(cuda::pack_fp8_ue8m0(dx.p, rows, hd, hd, block, {rec.p, rec.p + hd, nullptr, hd + nsc - 4}, nullptr).is_ok());
+        } else {
+            EXPECT_FALSE(cuda::pack_fp4_e4m3(dx.p, rows, hd, block, {rec.p, rec.p + hd / 2, 289}, nullptr).is_ok());
+        }
+    }
+}
+
 TEST_F(CudaCachePack, RejectsMissingTailAndMisalignedCodes) {
     dev_vec<float> x(size_t(512));
     dev_vec<uint8_t> codes(size_t(1024)), scales(size_t(64));

@@ -21,7 +21,9 @@ class CudaKeyList : public testing_util::CudaOps {};
 // rows, nulls to the pad, the picks, nulls after. Sequences cover a full ring, a short history, a
 // prefill longer than the ring, a ring whose oldest slots hold positions of a rolled-back future
 // (lo past the first position seen), picks after a host-built window (tail off: those columns keep
-// the poison), a gap between sequences and more sequences than one launch takes.
+// the poison), a gap between sequences, more sequences than one launch takes, and picks from
+// fp32 rows and from packed records, rings of either kind (tagged pointers, cache_pack
+// key_rows_ref).
 TEST_F(CudaKeyList, RowsEqualTheHostsListsWholeOrAroundHostColumns) {
     using backend::cuda::key_row_seq;
     const int64_t W = 8, hd = 4, L = 40;
@@ -40,10 +42,29 @@ TEST_F(CudaKeyList, RowsEqualTheHostsListsWholeOrAroundHostColumns) {
     std::vector<std::vector<int32_t>> idx_h, cnt_h;
     std::vector<std::unique_ptr<dev_vec<int32_t>>> idx_d, cnt_d;
     dev_vec<float> entries(size_t(64 * hd));
+    dev_vec<uint8_t> records(size_t(64 * 288));
+    auto entry_ref = [&](size_t c) {
+        return c % 2 ? backend::cuda::key_rows_ref{records.p, 288, backend::cuda::key_format::FP4_E4M3_16}
+                     : backend::cuda::f32_key_rows(entries.p, hd);
+    };
+    auto ring_ref = [&](size_t c) {
+        return c % 3 == 2 ? backend::cuda::key_rows_ref{reinterpret_cast<const uint8_t *>(rings[c]->p), 528,
+                                                        backend::cuda::key_format::FP8_UE8M0_32}
+                          : backend::cuda::f32_key_rows(rings[c]->p, hd);
+    };
+    auto want_slot = [&](size_t c, int64_t slot) {
+        const uint64_t base = uint64_t(reinterpret_cast<uintptr_t>(rings[c]->p));
+        return c % 3 == 2 ? (base + uint64_t(slot) * 528u) | 1u : base + uint64_t(slot * hd) * 4u;
+    };
+    // The pointer the kernel must write, formed here from integers.
+    auto want_entry = [&](size_t c, int64_t e) {
+        return c % 2 ? (uint64_t(reinterpret_cast<uintptr_t>(records.p)) + uint64_t(e) * 288u) | 2u
+                     : uint64_t(reinterpret_cast<uintptr_t>(entries.p)) + uint64_t(e * hd) * 4u;
+    };
     int64_t row = 0;
     for (size_t c = 0; c < cases.size(); c++) {
         const seq_case &q = cases[c];
-        rings.push_back(std::make_unique<dev_vec<float>>(size_t(W * hd)));
+        rings.push_back(std::make_unique<dev_vec<float>>(size_t(W * 528 / 4)));  // room for W records (pointers only)
         chunks.push_back(std::make_unique<dev_vec<float>>(size_t(q.n * hd)));
         // The ring holds [lo, p0) and, in the slots of older positions it could show, later ones.
         std::vector<int64_t> ps(size_t(W), -1);
@@ -57,9 +78,11 @@ TEST_F(CudaKeyList, RowsEqualTheHostsListsWholeOrAroundHostColumns) {
         cnt_d.push_back(std::make_unique<dev_vec<int32_t>>(cnt_h.back()));
         if (c == 3) row += 2;  // two rows no sequence covers: a gap
         key_row_seq d;
-        if (q.window) d.ring = rings.back()->p, d.chunk = chunks.back()->p;
+        // Sequences 2, 5, 8 ... read their ring as FP8 records (pitch 528, tagged), the rest as fp32 rows.
+        if (q.window) d.ring = ring_ref(c), d.chunk = chunks.back()->p;
         d.p0 = q.p0, d.lo = q.lo, d.o = row, d.n = q.n, d.pad = q.pad;
-        if (q.k) d.idx = idx_d.back()->p, d.cnt = cnt_d.back()->p, d.entries = entries.p, d.k = q.k;
+        // Odd sequences pick from packed records (pitch 288, tagged FP4), even ones from fp32 rows.
+        if (q.k) d.idx = idx_d.back()->p, d.cnt = cnt_d.back()->p, d.entries = entry_ref(c), d.k = q.k;
         seqs.push_back(d);
         row += q.n;
     }
@@ -81,12 +104,12 @@ TEST_F(CudaKeyList, RowsEqualTheHostsListsWholeOrAroundHostColumns) {
                 std::vector<uint64_t> win;
                 const int64_t p = q.p0 + s, first = std::max<int64_t>(0, p - W + 1);
                 for (int64_t x = first; x < q.p0; x++)
-                    if (pos[c][size_t(x % W)] == x) win.push_back(addr(rings[c]->p + (x % W) * hd));
+                    if (pos[c][size_t(x % W)] == x) win.push_back(want_slot(c, x % W));
                 for (int64_t x = std::max(first, q.p0); x <= p; x++) win.push_back(addr(chunks[c]->p + (x - q.p0) * hd));
                 if (q.window)
                     for (int64_t j = 0; j < q.pad; j++) w[j] = j < int64_t(win.size()) ? win[size_t(j)] : 0;
                 for (int j = 0; j < q.k; j++)
-                    w[q.pad + j] = j < cnt_h[c][size_t(s)] ? addr(entries.p + idx_h[c][size_t(s * q.k + j)] * hd) : 0;
+                    w[q.pad + j] = j < cnt_h[c][size_t(s)] ? want_entry(c, idx_h[c][size_t(s * q.k + j)]) : 0;
                 if (tail)
                     for (int64_t j = q.pad + q.k; j < L; j++) w[j] = 0;
             }

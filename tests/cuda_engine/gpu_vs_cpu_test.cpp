@@ -86,6 +86,15 @@ struct engine_pair {
     std::string skip;
 };
 
+// The fixture's recorded prompt (expected.safetensors "prompt.ids"); empty, with a failure, if absent.
+std::vector<int32_t> fixture_prompt(const fs::path &dir) {
+    auto ef = io::safetensors_file::open((dir / "expected.safetensors").string());
+    EXPECT_TRUE(ef.is_ok());
+    if (!ef) return {};
+    Tensor ids = ef.value()->get("prompt.ids").value();
+    return std::vector<int32_t>(ids.data<int64_t>(), ids.data<int64_t>() + ids.numel());
+}
+
 engine_pair open_pair(const fs::path &dir, engine::numerics mode) {
     engine_pair p;
     engine::engine_options go, co;
@@ -97,13 +106,11 @@ engine_pair open_pair(const fs::path &dir, engine::numerics mode) {
         return p;
     }
     auto cpu = engine::engine::open(dir.string(), co);
-    auto ef = io::safetensors_file::open((dir / "expected.safetensors").string());
     EXPECT_TRUE(gpu.is_ok()) << gpu.status().to_string();
     EXPECT_TRUE(cpu.is_ok()) << cpu.status().to_string();
-    EXPECT_TRUE(ef.is_ok());
-    if (!gpu || !cpu || !ef) return p;
-    Tensor ids = ef.value()->get("prompt.ids").value();
-    p.prompt.assign(ids.data<int64_t>(), ids.data<int64_t>() + ids.numel());
+    if (!gpu || !cpu) return p;
+    p.prompt = fixture_prompt(dir);
+    if (p.prompt.empty()) return p;
     p.gpu = std::move(gpu.value()), p.cpu = std::move(cpu.value());
     return p;
 }
@@ -202,6 +209,52 @@ TEST_P(GpuVsCpu, OfficialPrefillWithDenseGemms) {
 TEST_P(GpuVsCpu, OfficialPrefillWithPackedIndexKeys) {
     if (GetParam().mode != engine::numerics::OFFICIAL) GTEST_SKIP() << "official_prefill_with runs official numerics";
     official_prefill_with(GetParam().fixture, "DS41RT_PACKED_INDEX_KEYS", "1", "packed index keys");
+}
+
+// V4.1's window rings and compressed entries stored as packed records (DS41RT_PACKED_KV=1: FP8 +
+// E8M0 rows, FP4 + E4M3 entries) against fp32 rows (=0): every stored value is on its format's
+// grid already, so the GPU engine's prompt logits and 16 decode steps agree bit for bit, in both
+// numerics. Only the V4.1 QAT fixture (head_dim 64) packs anything: the others would compare fp32
+// with fp32, so they skip.
+TEST_P(GpuVsCpu, PackedKvGivesTheBitsOfFp32Rows) {
+    const std::string &fx = GetParam().fixture;
+    if (fx.rfind("deepseek-v41-", 0) != 0 || fx.find("noqat") != std::string::npos)
+        GTEST_SKIP() << "no packed KV here (V4, or head_dim 40: unquantized rows)";
+    const fs::path dir = fs::path(DS41RT_FIXTURES_DIR) / fx;
+    engine::engine_options go;
+    go.mode = GetParam().mode;
+    go.backend = engine::backend_kind::CUDA;
+    auto open_with = [&](const char *packed) {
+        setenv("DS41RT_PACKED_KV", packed, 1);  // read when the engine is made
+        auto e = engine::engine::open(dir.string(), go);
+        unsetenv("DS41RT_PACKED_KV");
+        return e;
+    };
+    auto packed = open_with("1");
+    if (!packed && (packed.status().code() == status_code::UNAVAILABLE ||
+                    packed.status().code() == status_code::NOT_SUPPORTED))
+        GTEST_SKIP() << packed.status().to_string();
+    auto plain = open_with("0");
+    ASSERT_TRUE(packed.is_ok()) << packed.status().to_string();
+    ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+    const std::vector<int32_t> prompt = fixture_prompt(dir);
+    ASSERT_FALSE(prompt.empty());
+    const run_result a = run(*packed.value(), prompt, 16), b = run(*plain.value(), prompt, 16);
+    auto mismatches = [](const Tensor &x, const Tensor &y) {
+        EXPECT_EQ(x.numel(), y.numel());
+        size_t bad = 0;
+        for (int64_t i = 0; i < std::min(x.numel(), y.numel()); i++)
+            bad += std::memcmp(x.data<float>() + i, y.data<float>() + i, sizeof(float)) != 0;
+        return bad;
+    };
+    size_t bad = mismatches(a.prefill, b.prefill);
+    ASSERT_EQ(a.decode.size(), b.decode.size());
+    for (size_t i = 0; i < a.decode.size(); i++) bad += mismatches(a.decode[i], b.decode[i]);
+    std::printf("    [packed kv vs fp32 rows] %s %s: %lld prompt positions + %zu decode steps, %zu logits differ\n",
+                fx.c_str(), GetParam().mode == engine::numerics::OFFICIAL ? "official" : "transformers",
+                (long long)prompt.size(), a.decode.size(), bad);
+    EXPECT_EQ(bad, 0u);
+    EXPECT_EQ(a.greedy, b.greedy);
 }
 
 // Decode steps whose fixed-shape pieces replay CUDA graphs (engine/cuda step_graphs) against the

@@ -63,6 +63,7 @@
 #include <string>
 #include <utility>
 
+#include "backend/cuda/block_quant.cuh"
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/dmma.cuh"
@@ -81,6 +82,37 @@ constexpr int FOLD_THREADS = 256;
 __device__ __forceinline__ float exp_f(float x) { return float(exp(double(x))); }
 __device__ __forceinline__ float4 zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 __device__ __forceinline__ float4 load4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
+
+// A key entry's format (cache_pack.cuh key_record: the low 4 bits of its address) and record.
+__device__ __forceinline__ uint32_t key_tag(const float *p) { return uint32_t(reinterpret_cast<uintptr_t>(p) & 15u); }
+__device__ __forceinline__ const uint8_t *key_bytes(const float *p) {
+    return reinterpret_cast<const uint8_t *>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(15));
+}
+// Channels d .. d + 3 (d % 4 == 0) of a packed key record, as cache_pack's unpack decodes them (the
+// same bits: code value times scale, one fp32 multiply). Not inlined: inlined into the unrolled
+// key fetches its registers spilled the fp32 path's P.V loop (ptxas: 12 -> 44 bytes).
+__device__ __noinline__ float4 packed_key4(const float *p, int d, int hd) {
+    using dev::qkind;
+    const uint32_t tag = key_tag(p);
+    const uint8_t *rec = key_bytes(p);
+    if (tag == uint32_t(key_format::FP8_UE8M0_32)) {
+        const uint32_t c = *reinterpret_cast<const uint32_t *>(rec + d);
+        const float s = dev::scale_value(qkind::FP8_UE8M0, rec[hd + d / 32]);
+        return make_float4(dev::value_of<qkind::FP8_UE8M0>(uint8_t(c), s), dev::value_of<qkind::FP8_UE8M0>(uint8_t(c >> 8), s),
+                           dev::value_of<qkind::FP8_UE8M0>(uint8_t(c >> 16), s),
+                           dev::value_of<qkind::FP8_UE8M0>(uint8_t(c >> 24), s));
+    }
+    const uint32_t c = *reinterpret_cast<const uint16_t *>(rec + d / 2);
+    const float s = dev::scale_value(qkind::FP4_E4M3, rec[hd / 2 + d / 16]);
+    return make_float4(dev::value_of<qkind::FP4_E4M3>(uint8_t(c & 15u), s),
+                       dev::value_of<qkind::FP4_E4M3>(uint8_t((c >> 4) & 15u), s),
+                       dev::value_of<qkind::FP4_E4M3>(uint8_t((c >> 8) & 15u), s),
+                       dev::value_of<qkind::FP4_E4M3>(uint8_t((c >> 12) & 15u), s));
+}
+// Channels d .. d + 3 of key p: fp32 rows read directly, packed records decoded.
+__device__ __forceinline__ float4 load_key4(const float *p, int d, int hd) {
+    return key_tag(p) == uint32_t(key_format::F32) ? load4(p + d) : packed_key4(p, d, hd);
+}
 
 // Four fp64 accumulators (4 consecutive dims of one head).
 struct dbl4 {
@@ -185,7 +217,7 @@ __global__ void __launch_bounds__(32 * NWM * NWN, tile_min_blocks(NWM * NWN))
         for (int u = 0; u < KV; u++) {
             const int e = tid + u * NT, d = d0 + 4 * (e % C4);
             const float *p = kp[e / C4];
-            kr[u] = (p && d < hd) ? load4(p + d) : zero4();
+            kr[u] = (p && d < hd) ? load_key4(p, d, hd) : zero4();
         }
     };
     auto stash = [&]() {
@@ -252,13 +284,15 @@ __global__ void __launch_bounds__(32 * NWM * NWN)
     const int lane = tid & 31, warp = tid >> 5;
     for (int j = tid; j < KS; j += 32 * NW) kp[j] = i0 + j < L ? keys[size_t(r) * L + i0 + j] : nullptr;
     __syncthreads();
-    // A warp a row: HS q rows then KS key rows, 16-byte copies; missing rows and the pad as zeros.
+    // A warp a row: HS q rows then KS key rows, 16-byte copies (a packed key decoded as it is
+    // staged); missing rows and the pad as zeros.
     for (int row = warp; row < HS + KS; row += NW) {
         const float *src = row < HS ? (h0 + row < H ? q + (size_t(r) * H + h0 + row) * hd : nullptr) : kp[row - HS];
+        const bool packed = src && key_tag(src) != 0;
         float *dst = smem_f + row * P;
         for (int c = lane; c < C; c += 32) {
-            if (src && 4 * c < hd) cp_async16(dst + 4 * c, src + 4 * c, 16);
-            else *reinterpret_cast<float4 *>(dst + 4 * c) = zero4();
+            if (src && 4 * c < hd && !packed) cp_async16(dst + 4 * c, src + 4 * c, 16);
+            else *reinterpret_cast<float4 *>(dst + 4 * c) = src && 4 * c < hd ? load_key4(src, 4 * c, hd) : zero4();
         }
     }
     cp_async_commit();
@@ -377,7 +411,7 @@ __global__ void __launch_bounds__(32 * NWM * NWN, tile_min_blocks(NWM * NWN))
         for (int u = 0; u < KV; u++) {
             const int e = tid + u * NT, i = b * BLK + e / (DS / 4), dk = d0 + 4 * (e % (DS / 4));
             const float *p = i < L ? keys[size_t(r) * L + i] : nullptr;
-            kr[u] = (p && dk < hd) ? load4(p + dk) : zero4();
+            kr[u] = (p && dk < hd) ? load_key4(p, dk, hd) : zero4();
         }
 #pragma unroll
         for (int u = 0; u < WV; u++) {

@@ -25,16 +25,19 @@
 
 #include <cstddef>
 
+#include "backend/cuda/cache_pack.cuh"
 #include "core/status.h"
 
 namespace ds41rt::backend::cuda {
 
 // R query rows x H heads; each query row r has its own key list of L entries (same list for all
-// H heads of that row): keys[r * L + i] is a device pointer to a key row of hd fp32 values, or
-// nullptr (skipped; the OFFICIAL list pads with it). K = V.
+// H heads of that row): keys[r * L + i] is a device pointer to a key row of hd fp32 values, or a
+// packed cache record tagged with its format (cache_pack.cuh key_record: FP8 + E8M0 per 32, FP4 +
+// E4M3 per 16; hd a multiple of the block), or nullptr (skipped; the OFFICIAL list pads with it). A
+// packed key gives the bits its unpacked fp32 row gives. K = V.
 struct attention_batch {
     const float *q = nullptr;            // [R, H, hd] device, 16-byte aligned
-    const float *const *keys = nullptr;  // [R, L] device array of device pointers (key rows 16-byte aligned)
+    const float *const *keys = nullptr;  // [R, L] device array of device pointers (key rows / records 16-byte aligned)
     const float *sink = nullptr;         // [H] device
     float scale = 0;                     // 1/sqrt(hd)
     int R = 0, H = 0, L = 0, hd = 0;     // hd <= 512, multiple of 4 (V4.1/V4: 512; fixtures 40/64)

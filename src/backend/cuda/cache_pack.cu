@@ -1,5 +1,6 @@
 #include "backend/cuda/cache_pack.cuh"
 
+#include <algorithm>
 #include <string>
 
 #include "backend/cuda/block_quant.cuh"
@@ -19,7 +20,7 @@ unsigned blocks_for(int64_t n) { return unsigned((n + THREADS - 1) / THREADS); }
 // Bytes per call: rows * cols * 4 read; rows * cols (FP8) or cols / 2 (FP4) + cols / block written.
 template <qkind K>
 __global__ void pack_kernel(const float *x, int64_t rows, int64_t stride, int64_t cols, int lanes, uint8_t *codes,
-                            uint8_t *scales) {
+                            uint8_t *scales, int64_t cpitch, int64_t spitch) {
     const int64_t per_row = cols / 4;
     const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     const bool live = t < rows * per_row;
@@ -31,24 +32,24 @@ __global__ void pack_kernel(const float *x, int64_t rows, int64_t stride, int64_
     const uint32_t c0 = dev::code_of<K>(v.x, s.s), c1 = dev::code_of<K>(v.y, s.s), c2 = dev::code_of<K>(v.z, s.s),
                    c3 = dev::code_of<K>(v.w, s.s);
     if constexpr (K == qkind::FP8_UE8M0)
-        reinterpret_cast<uint32_t *>(codes + r * cols)[c4] = c0 | (c1 << 8) | (c2 << 16) | (c3 << 24);
+        reinterpret_cast<uint32_t *>(codes + r * cpitch)[c4] = c0 | (c1 << 8) | (c2 << 16) | (c3 << 24);
     else
-        reinterpret_cast<uint16_t *>(codes + r * (cols / 2))[c4] = uint16_t(c0 | (c1 << 4) | (c2 << 8) | (c3 << 12));
-    if (c4 % lanes == 0) scales[r * (cols / (4 * lanes)) + c4 / lanes] = s.code;
+        reinterpret_cast<uint16_t *>(codes + r * cpitch)[c4] = uint16_t(c0 | (c1 << 4) | (c2 << 8) | (c3 << 12));
+    if (c4 % lanes == 0) scales[r * spitch + c4 / lanes] = s.code;
 }
 
 // Bytes per call: the packed bytes read, rows * cols * 4 written.
 template <qkind K>
 __global__ void unpack_kernel(const uint8_t *codes, const uint8_t *scales, int64_t rows, int64_t stride, int64_t cols,
-                              int lanes, float *x) {
+                              int lanes, int64_t cpitch, int64_t spitch, float *x) {
     const int64_t per_row = cols / 4;
     const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= rows * per_row) return;
     const int64_t r = t / per_row, c4 = t % per_row;
-    const float s = dev::scale_value(K, scales[r * (cols / (4 * lanes)) + c4 / lanes]);
+    const float s = dev::scale_value(K, scales[r * spitch + c4 / lanes]);
     uint32_t c;
-    if constexpr (K == qkind::FP8_UE8M0) c = reinterpret_cast<const uint32_t *>(codes + r * cols)[c4];
-    else c = reinterpret_cast<const uint16_t *>(codes + r * (cols / 2))[c4];
+    if constexpr (K == qkind::FP8_UE8M0) c = reinterpret_cast<const uint32_t *>(codes + r * cpitch)[c4];
+    else c = reinterpret_cast<const uint16_t *>(codes + r * cpitch)[c4];
     constexpr int bits = K == qkind::FP8_UE8M0 ? 8 : 4;
     constexpr uint32_t mask = (1u << bits) - 1;
     float4 v;
@@ -57,6 +58,26 @@ __global__ void unpack_kernel(const uint8_t *codes, const uint8_t *scales, int64
     v.z = dev::value_of<K>(uint8_t((c >> 2 * bits) & mask), s);
     v.w = dev::value_of<K>(uint8_t((c >> 3 * bits) & mask), s);
     reinterpret_cast<float4 *>(x + r * stride)[c4] = v;
+}
+
+// pack_fp8_records: block y packs row y of the batch; thread t its channels 4t .. 4t + 3 (the
+// block's threads a whole number of warps, so every lane joins block_amax's shuffles). Bytes: 4 hd
+// read, hd + hd / 32 written per row: launch-latency bound at decode sizes.
+struct pack_batch {
+    row_pack r[PACK_BATCH];
+};
+__global__ void pack_records_kernel(const __grid_constant__ pack_batch b, int64_t hd) {
+    const row_pack &j = b.r[blockIdx.x];
+    const int64_t c4 = threadIdx.x;
+    const bool live = c4 < hd / 4;
+    const float4 v = live ? reinterpret_cast<const float4 *>(j.src)[c4] : make_float4(0, 0, 0, 0);
+    const float amax = dev::block_amax(v, 8);
+    if (!live) return;
+    const dev::block_scale s = dev::scale_of<qkind::FP8_UE8M0>(amax);
+    const uint32_t c0 = dev::code_of<qkind::FP8_UE8M0>(v.x, s.s), c1 = dev::code_of<qkind::FP8_UE8M0>(v.y, s.s),
+                   c2 = dev::code_of<qkind::FP8_UE8M0>(v.z, s.s), c3 = dev::code_of<qkind::FP8_UE8M0>(v.w, s.s);
+    reinterpret_cast<uint32_t *>(j.dst)[c4] = c0 | (c1 << 8) | (c2 << 16) | (c3 << 24);
+    if (c4 % 8 == 0) j.dst[hd + c4 / 8] = s.code;
 }
 
 // The channels after cols: bf16 bits. Bytes: rows * (stride - cols) * 6.
@@ -77,26 +98,47 @@ Status check_codes(const char *op, const void *codes, const void *scales, int64_
     return Status::ok();
 }
 
+// A row's code and scale pitches: dense arrays, or records of `pitch` bytes (which must hold the
+// row and keep its codes aligned).
+struct pitches {
+    int64_t codes, scales;
+};
+template <qkind K>
+Status pitches_of(const char *op, int64_t cols, int64_t block, int64_t pitch, pitches &p) {
+    const int64_t code_bytes = K == qkind::FP8_UE8M0 ? cols : cols / 2;
+    p = pitch == 0 ? pitches{code_bytes, cols / block} : pitches{pitch, pitch};
+    if (pitch != 0 && (pitch < code_bytes + cols / block || pitch % (K == qkind::FP8_UE8M0 ? 4 : 2) != 0))
+        return Status::invalid_argument(std::string(op) + ": record pitch " + std::to_string(pitch) + " does not hold a row of " +
+                                        std::to_string(cols) + " channels aligned");
+    return Status::ok();
+}
+
 template <qkind K>
 Status pack(const char *op, const float *x, int64_t rows, int64_t stride, int64_t cols, int64_t block, uint8_t *codes,
-            uint8_t *scales, cudaStream_t stream) {
+            uint8_t *scales, int64_t pitch, cudaStream_t stream) {
     DS41RT_RETURN_IF_ERROR(detail::check_blocks(op, x, rows, stride, cols, block));
     DS41RT_RETURN_IF_ERROR(check_codes(op, codes, scales, rows, cols, K == qkind::FP8_UE8M0 ? 4 : 2));
+    pitches p;
+    DS41RT_RETURN_IF_ERROR(pitches_of<K>(op, cols, block, pitch, p));
     const int64_t n = rows * (cols / 4);
     if (n == 0) return Status::ok();
-    pack_kernel<K><<<blocks_for(n), THREADS, 0, stream>>>(x, rows, stride, cols, int(block / 4), codes, scales);
+    pack_kernel<K><<<blocks_for(n), THREADS, 0, stream>>>(x, rows, stride, cols, int(block / 4), codes, scales, p.codes,
+                                                          p.scales);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }
 
 template <qkind K>
 Status unpack(const char *op, const uint8_t *codes, const uint8_t *scales, int64_t rows, int64_t stride, int64_t cols,
-              int64_t block, float *x, cudaStream_t stream) {
+              int64_t block, int64_t pitch, float *x, cudaStream_t stream) {
     DS41RT_RETURN_IF_ERROR(detail::check_blocks(op, x, rows, stride, cols, block));
     DS41RT_RETURN_IF_ERROR(check_codes(op, codes, scales, rows, cols, K == qkind::FP8_UE8M0 ? 4 : 2));
+    pitches p;
+    DS41RT_RETURN_IF_ERROR(pitches_of<K>(op, cols, block, pitch, p));
     const int64_t n = rows * (cols / 4);
     if (n == 0) return Status::ok();
-    unpack_kernel<K><<<blocks_for(n), THREADS, 0, stream>>>(codes, scales, rows, stride, cols, int(block / 4), x);
+    unpack_kernel<K><<<blocks_for(n), THREADS, 0, stream>>>(codes, scales, rows, stride, cols, int(block / 4), p.codes,
+                                                            p.scales, x);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }
@@ -113,34 +155,55 @@ Status tail(const char *op, const float *x, uint16_t *t, int64_t rows, int64_t s
 
 }  // namespace
 
+Status pack_fp8_records(const row_pack *rows, int count, int64_t hd, cudaStream_t stream) {
+    if (count == 0) return Status::ok();
+    if (hd <= 0 || hd % 32 != 0 || hd > 4096)
+        return Status::invalid_argument("pack_fp8_records: hd must be a multiple of 32 up to 4096, got " + std::to_string(hd));
+    if (count < 0 || (count > 0 && !rows)) return Status::invalid_argument("pack_fp8_records: bad row list");
+    for (int i0 = 0; i0 < count; i0 += PACK_BATCH) {
+        pack_batch b{};
+        const int k = std::min(PACK_BATCH, count - i0);
+        for (int i = 0; i < k; i++) {
+            const row_pack &r = rows[i0 + i];
+            if (!r.src || !r.dst || reinterpret_cast<uintptr_t>(r.src) % 16 || reinterpret_cast<uintptr_t>(r.dst) % 16)
+                return Status::invalid_argument("pack_fp8_records: row " + std::to_string(i0 + i) +
+                                                " has a null or misaligned pointer");
+            b.r[i] = r;
+        }
+        pack_records_kernel<<<unsigned(k), unsigned((hd / 4 + 31) / 32 * 32), 0, stream>>>(b, hd);
+        DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    }
+    return Status::ok();
+}
+
 Status pack_fp8_ue8m0(const float *x, int64_t rows, int64_t stride, int64_t cols, int64_t block, fp8_rows out,
                       cudaStream_t stream) {
     if (stride > cols && rows > 0 && !out.tail) return Status::invalid_argument("pack_fp8_ue8m0: stride > cols needs a tail array");
-    DS41RT_RETURN_IF_ERROR(pack<qkind::FP8_UE8M0>("pack_fp8_ue8m0", x, rows, stride, cols, block, out.codes, out.scales, stream));
+    DS41RT_RETURN_IF_ERROR(pack<qkind::FP8_UE8M0>("pack_fp8_ue8m0", x, rows, stride, cols, block, out.codes, out.scales, out.pitch, stream));
     return tail("pack_fp8_ue8m0", x, out.tail, rows, stride, cols, true, nullptr, stream);
 }
 
 Status unpack_fp8_ue8m0(fp8_rows in, int64_t rows, int64_t stride, int64_t cols, int64_t block, float *x,
                         cudaStream_t stream) {
     if (stride > cols && rows > 0 && !in.tail) return Status::invalid_argument("unpack_fp8_ue8m0: stride > cols needs a tail array");
-    DS41RT_RETURN_IF_ERROR(unpack<qkind::FP8_UE8M0>("unpack_fp8_ue8m0", in.codes, in.scales, rows, stride, cols, block, x, stream));
+    DS41RT_RETURN_IF_ERROR(unpack<qkind::FP8_UE8M0>("unpack_fp8_ue8m0", in.codes, in.scales, rows, stride, cols, block, in.pitch, x, stream));
     return tail("unpack_fp8_ue8m0", nullptr, in.tail, rows, stride, cols, false, x, stream);
 }
 
 Status pack_fp4_ue8m0(const float *x, int64_t rows, int64_t dim, int64_t block, fp4_rows out, cudaStream_t stream) {
-    return pack<qkind::FP4_UE8M0>("pack_fp4_ue8m0", x, rows, dim, dim, block, out.codes, out.scales, stream);
+    return pack<qkind::FP4_UE8M0>("pack_fp4_ue8m0", x, rows, dim, dim, block, out.codes, out.scales, out.pitch, stream);
 }
 
 Status unpack_fp4_ue8m0(fp4_rows in, int64_t rows, int64_t dim, int64_t block, float *x, cudaStream_t stream) {
-    return unpack<qkind::FP4_UE8M0>("unpack_fp4_ue8m0", in.codes, in.scales, rows, dim, dim, block, x, stream);
+    return unpack<qkind::FP4_UE8M0>("unpack_fp4_ue8m0", in.codes, in.scales, rows, dim, dim, block, in.pitch, x, stream);
 }
 
 Status pack_fp4_e4m3(const float *x, int64_t rows, int64_t dim, int64_t block, fp4_rows out, cudaStream_t stream) {
-    return pack<qkind::FP4_E4M3>("pack_fp4_e4m3", x, rows, dim, dim, block, out.codes, out.scales, stream);
+    return pack<qkind::FP4_E4M3>("pack_fp4_e4m3", x, rows, dim, dim, block, out.codes, out.scales, out.pitch, stream);
 }
 
 Status unpack_fp4_e4m3(fp4_rows in, int64_t rows, int64_t dim, int64_t block, float *x, cudaStream_t stream) {
-    return unpack<qkind::FP4_E4M3>("unpack_fp4_e4m3", in.codes, in.scales, rows, dim, dim, block, x, stream);
+    return unpack<qkind::FP4_E4M3>("unpack_fp4_e4m3", in.codes, in.scales, rows, dim, dim, block, in.pitch, x, stream);
 }
 
 }  // namespace ds41rt::backend::cuda

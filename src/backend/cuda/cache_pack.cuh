@@ -12,6 +12,10 @@
 //             V4.1 compressed entry: 512, e4m3 per 16 -> 256 + 32 = 288 B; index key: 128,
 //             e8m0 per 32 -> 64 + 4 = 68 B (V4's index keys: hadamard_rotate_bf16 first).
 // Alignment: x 16 bytes; codes 4 bytes (fp8) / 2 bytes (fp4); block 16..128, a power of two.
+//
+// Records (pitch > 0): a row's codes, then its scales, in one record of `pitch` bytes (codes and
+// scales both step by it), the form a pool's slot takes and attention reads through a tagged key
+// pointer (key_record below, attention.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,11 +30,56 @@ struct fp8_rows {
     uint8_t *codes = nullptr;
     uint8_t *scales = nullptr;
     uint16_t *tail = nullptr;  // null when cols == stride
+    int64_t pitch = 0;         // bytes from a row's codes (and scales) to the next row's; 0: dense arrays
 };
 struct fp4_rows {
     uint8_t *codes = nullptr;
     uint8_t *scales = nullptr;
+    int64_t pitch = 0;  // as fp8_rows::pitch
 };
+
+// Packed key rows as attention reads them (attention_batch::keys): the record's address with its
+// format in the low 4 bits (records are 16-byte aligned). A record holds a row of hd channels,
+// codes then scales, padded to 16 bytes: V4.1's window KV (FP8 E4M3 + E8M0 per 32, 528 B at hd
+// 512) and compressed entries (FP4 E2M1 + E4M3 per 16, 288 B).
+enum class key_format : uint32_t { F32 = 0, FP8_UE8M0_32 = 1, FP4_E4M3_16 = 2 };
+constexpr int64_t key_record_bytes(key_format f, int64_t hd) {
+    if (f == key_format::F32) return 4 * hd;  // plain rows (hd % 4 == 0: 16-byte aligned)
+    return (f == key_format::FP8_UE8M0_32 ? hd + hd / 32 + 15 : hd / 2 + hd / 16 + 15) / 16 * 16;
+}
+__host__ __device__ inline const float *key_record(const uint8_t *record, key_format f) {
+    return reinterpret_cast<const float *>(reinterpret_cast<uintptr_t>(record) | uintptr_t(f));
+}
+// A buffer of key rows as attention's lists point into it: row i at base + i * pitch, in format
+// fmt (fp32 rows: pitch 4 hd).
+struct key_rows_ref {
+    const uint8_t *base = nullptr;
+    int64_t pitch = 0;
+    key_format fmt = key_format::F32;
+    __host__ __device__ const float *at(int64_t i) const { return key_record(base + i * pitch, fmt); }
+};
+inline key_rows_ref f32_key_rows(const float *rows, int64_t hd) {
+    return {reinterpret_cast<const uint8_t *>(rows), 4 * hd, key_format::F32};
+}
+
+// Rows of hd channels (values on the FP8 grid already, e.g. a window KV row after its QAT) each
+// packed into its own FP8 + E8M0 per 32 record, anywhere (a window ring's slots): one launch per
+// PACK_BATCH rows, the decode step's window rows of every sequence at once. hd a multiple of 32,
+// at most 4096.
+struct row_pack {
+    const float *src = nullptr;  // 16-byte aligned
+    uint8_t *dst = nullptr;      // a record, 16-byte aligned
+};
+constexpr int PACK_BATCH = 64;
+Status pack_fp8_records(const row_pack *rows, int count, int64_t hd, cudaStream_t stream);
+// Records of hd channels from base, in the form pack_fp8_ue8m0 / pack_fp4_e4m3 write (block 32 /
+// 16; hd a multiple of it).
+inline fp8_rows fp8_records(uint8_t *base, int64_t hd) {
+    return {base, base + hd, nullptr, key_record_bytes(key_format::FP8_UE8M0_32, hd)};
+}
+inline fp4_rows fp4_records(uint8_t *base, int64_t hd) {
+    return {base, base + hd / 2, key_record_bytes(key_format::FP4_E4M3_16, hd)};
+}
 
 // x [rows, stride] fp32 -> packed; the tail channels are rounded to bf16 (V4 keeps them bf16).
 Status pack_fp8_ue8m0(const float *x, int64_t rows, int64_t stride, int64_t cols, int64_t block, fp8_rows out,

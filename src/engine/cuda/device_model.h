@@ -82,6 +82,17 @@ struct fp4_dev_rows {
     backend::cuda::fp4_rows all() const { return {codes.as<uint8_t>(), scales.as<uint8_t>()}; }
 };
 
+// Key rows as attention reads them (backend/cuda cache_pack key_rows_ref), growing as dev_rows
+// does: fp32 rows, or packed cache records (V4.1's compressed entries: FP4 + E4M3 per 16, 288
+// bytes at head_dim 512 against 2048 as fp32).
+struct key_store {
+    dtemp buf;
+    int64_t rows = 0, cap = 0, width = 0;
+    backend::cuda::key_format fmt = backend::cuda::key_format::F32;
+    int64_t pitch() const { return backend::cuda::key_record_bytes(fmt, width); }
+    backend::cuda::key_rows_ref ref() const { return {buf.as<const uint8_t>(), pitch(), fmt}; }
+};
+
 // The mHC mixes of one site for S tokens: pre, post [S, hc], comb [S, hc, hc], and the
 // projection they come from, mm [S, (2 + hc) hc]. mm is a step buffer rather than a temporary
 // so that a captured step's side branch (hc_mixes off the main stream) holds no graph memory
@@ -236,6 +247,8 @@ public:
     Status append(dev_rows &r, const float *src, int64_t n) const;
     // Appends n rows of src (device [n, r.width], values FP4 per 32 already: packing is exact).
     Status append(fp4_dev_rows &r, const float *src, int64_t n) const;
+    // Appends n rows of src (device [n, r.width]; for records, values on the format's grid already).
+    Status append(key_store &r, const float *src, int64_t n) const;
     // Many appends (to distinct dev_rows) in one launch (backend/cuda copy_floats), where one
     // append each costs a copy call: a decode step's row joining every sequence's buffers.
     struct row_append {

@@ -24,7 +24,7 @@ void key_lists::add_window(const window_ring &ring, int64_t W, int64_t hd, int64
         for (int64_t q = seen; q < lo && run; q++) run = ring.pos[size_t(q % W)] != q;
         if (run) {
             backend::cuda::key_row_seq d;
-            d.ring = ring.rows.f(), d.chunk = chunk, d.p0 = p0, d.lo = lo, d.o = o, d.n = n, d.pad = pad_to;
+            d.ring = ring.ref(hd), d.chunk = chunk, d.p0 = p0, d.lo = lo, d.o = o, d.n = n, d.pad = pad_to;
             dev_.push_back(d);
             for (int64_t s = 0; s < n; s++) dcols_[size_t(o + s)] = pad_to;
             return;
@@ -33,7 +33,7 @@ void key_lists::add_window(const window_ring &ring, int64_t W, int64_t hd, int64
     // On the host: linear in n * W (an 8192-token chunk is 1M pointers).
     std::vector<const float *> before(size_t(p0 - r0), nullptr);
     for (int64_t p = r0; p < p0; p++)
-        if (ring.pos[size_t(p % W)] == p) before[size_t(p - r0)] = ring.rows.f() + (p % W) * hd;
+        if (ring.pos[size_t(p % W)] == p) before[size_t(p - r0)] = ring.ref(hd).at(p % W);
     for (int64_t s = 0; s < n; s++) {
         auto &keys = host_[size_t(o + s)];
         const int64_t p = p0 + s, first = std::max<int64_t>(0, p - W + 1);
@@ -46,14 +46,12 @@ void key_lists::add_window(const window_ring &ring, int64_t W, int64_t hd, int64
 }
 
 Status key_lists::add_device_picks(int64_t o, int64_t n, const int32_t *idx, const int32_t *cnt, int k,
-                                   const float *entries, int64_t hd) {
+                                   backend::cuda::key_rows_ref entries) {
     if (n <= 0 || k <= 0) return Status::ok();
     const int64_t col0 = dcols_[size_t(o)] + int64_t(host_[size_t(o)].size());
     for (int64_t r = o; r < o + n; r++)
         if (dcols_[size_t(r)] + int64_t(host_[size_t(r)].size()) != col0)
             return Status::internal("key lists: device picks after lists of different lengths");
-    if (hd_ != 0 && hd != hd_) return Status::internal("key lists: picks of another key width");
-    hd_ = hd;
     // The picks join the rows' window part when it is written on the device and nothing follows
     // it; else they are a part of their own (the host's columns before them).
     if (!dev_.empty() && dev_.back().o == o && dev_.back().n == n && dev_.back().k == 0 && col0 == dev_.back().pad) {
@@ -108,13 +106,20 @@ Result<dtemp> key_lists::upload(const device_model &m, int64_t *L) const {
 
 Status store_windows(const device_model &m, const std::vector<window_store> &stores, int64_t W, int64_t hd) {
     std::vector<backend::cuda::float_copy> copies;
+    std::vector<backend::cuda::row_pack> packs;
     for (const window_store &w : stores)
         for (int64_t s = std::max<int64_t>(0, w.n - W); s < w.n; s++) {
             const int64_t p = w.p0 + s;
-            copies.push_back({w.chunk + s * hd, w.ring->rows.f() + (p % W) * hd, hd});
+            if (w.ring->fmt == backend::cuda::key_format::F32)
+                copies.push_back({w.chunk + s * hd, w.ring->rows.f() + (p % W) * hd, hd});
+            else if (w.ring->fmt == backend::cuda::key_format::FP8_UE8M0_32)
+                packs.push_back({w.chunk + s * hd, w.ring->rows.as<uint8_t>() + (p % W) * w.ring->ref(hd).pitch});
+            else
+                return Status::internal("store_windows: a window ring of FP4 records");
             w.ring->pos[size_t(p % W)] = p;
         }
-    return backend::cuda::copy_floats(copies.data(), int(copies.size()), m.stream());
+    DS41RT_RETURN_IF_ERROR(backend::cuda::copy_floats(copies.data(), int(copies.size()), m.stream()));
+    return backend::cuda::pack_fp8_records(packs.data(), int(packs.size()), hd, m.stream());
 }
 
 }  // namespace ds41rt::engine::gpu

@@ -22,11 +22,16 @@
 
 namespace ds41rt::engine::gpu {
 
-// One layer's window ring of a sequence: W rows of head_dim on the device, and on the host the
+// One layer's window ring of a sequence: W rows of head_dim on the device, fp32 or packed records
+// (V4.1's window KV: FP8 + E8M0 per 32, 528 bytes a row at head_dim 512), and on the host the
 // position each slot holds (-1: empty).
 struct window_ring {
     dtemp rows;
     std::vector<int64_t> pos;
+    backend::cuda::key_format fmt = backend::cuda::key_format::F32;
+    backend::cuda::key_rows_ref ref(int64_t hd) const {
+        return {rows.as<const uint8_t>(), backend::cuda::key_record_bytes(fmt, hd), fmt};
+    }
 };
 
 class key_lists {
@@ -41,11 +46,11 @@ public:
                     const float *chunk, int64_t pad_to);
     // Host pointers appended to row r.
     std::vector<const float *> &row(int64_t r) { return host_[size_t(r)]; }
-    // Rows [o, o + n) end with k entries read on the device: entries + idx[r][j] * hd for the first
+    // Rows [o, o + n) end with k entries read on the device: entries.at(idx[r][j]) for the first
     // cnt[r] of them, nulls after (idx [n, k], cnt [n]: device int32). Every row of the range must
     // have the same number of host entries before them (OFFICIAL's padded window).
     Status add_device_picks(int64_t o, int64_t n, const int32_t *idx, const int32_t *cnt, int k,
-                            const float *entries, int64_t hd);
+                            backend::cuda::key_rows_ref entries);
 
     // The lists as a device array [rows, *L] (stream-ordered; no synchronisation).
     Result<dtemp> upload(const device_model &m, int64_t *L) const;
@@ -59,7 +64,8 @@ private:
 };
 
 // The last min(n, W) rows of a sequence's chunk (device [n, hd], positions p0..) go to its ring,
-// after attention has read them: store_windows does every sequence of a step in one launch.
+// after attention has read them: store_windows does every sequence of a step in one launch (a
+// copy, or for packed rings backend/cuda pack_fp8_records: the rows are on the FP8 grid already).
 struct window_store {
     window_ring *ring;
     int64_t p0, n;

@@ -4,9 +4,10 @@
 //
 // Weights are the checkpoint's stored bytes (device_model); sequence state lives on the device:
 // the window ring of every layer, and per KV source the open compression group, the compressed
-// entries (fp32 rows) and the index keys (fp32 rows, or packed FP4 rows in cache_pack's layout
-// with DS41RT_PACKED_INDEX_KEYS=1; the window and the compressed entries packed, and paged pools,
-// are the next steps). Activations are stream-ordered temporaries.
+// entries (fp32 rows; with DS41RT_PACKED_KV=1 the rings as FP8 records and the entries as FP4
+// records where the model quantizes them) and the index keys (fp32 rows, or packed FP4 rows in
+// cache_pack's layout with DS41RT_PACKED_INDEX_KEYS=1); paged pools are the next step.
+// Activations are stream-ordered temporaries.
 //
 // A step runs the new tokens of all its sequences as one set of rows (step_rows): row-wise ops
 // over every row, the state-owning steps (Engram history, compressor, indexer, window ring)
@@ -111,7 +112,8 @@ struct layer_dev {
 
 
 struct source_dev {
-    dev_rows buf_kv, buf_gate, entries;
+    dev_rows buf_kv, buf_gate;
+    key_store entries;  // attention reads them through key_rows_ref: fp32 rows or FP4 records
     // The index keys: fp32 rows, or with DS41RT_PACKED_INDEX_KEYS=1 packed FP4 (68 bytes a V4.1
     // key, not 512) where index_head_dim is a multiple of 32: the indexer then FP4-quantizes every
     // key, so packing is exact.
@@ -162,6 +164,7 @@ public:
         if (const char *e = std::getenv("DS41RT_BATCHED_SELECT")) batched_select_ = std::string(e) != "0";
         if (const char *e = std::getenv("DS41RT_DEVICE_KEY_LISTS")) device_key_lists_ = std::string(e) != "0";
         if (const char *e = std::getenv("DS41RT_PACKED_INDEX_KEYS")) packed_keys_ = std::string(e) == "1";
+        if (const char *e = std::getenv("DS41RT_PACKED_KV")) packed_kv_ = std::string(e) == "1";
         if (layout_.any_remote()) remote_ = std::make_unique<experts::remote_experts>(layout_, c_.dim);
 #ifdef DS41RT_HAVE_NCCL
         bool any_nccl = false;
@@ -305,14 +308,19 @@ public:
 
     seq_dev new_state() const override {
         seq_dev s;
+        // The window rows are FP8-quantized where head_dim is whole blocks of 32 (attn_site's kv
+        // row), the entries FP4 where it is whole blocks of 16 (attn_core): stored packed, exactly.
+        const auto ring_fmt = packed_kv_ && c_.head_dim % 32 == 0 ? cuda::key_format::FP8_UE8M0_32 : cuda::key_format::F32;
         for (int l = 0; l < c_.n_layers; l++)
-            s.ring.push_back({m_->temp_f32(int64_t(c_.window) * c_.head_dim), std::vector<int64_t>(size_t(c_.window), -1)});
+            s.ring.push_back({m_->temp(size_t(c_.window * cuda::key_record_bytes(ring_fmt, c_.head_dim))),
+                              std::vector<int64_t>(size_t(c_.window), -1), ring_fmt});
         for (int l = 0; l < c_.n_layers; l++)
             if (c_.is_kv_source(l)) {
                 source_dev &src = s.sources[l];
                 src.buf_kv.width = src.buf_gate.width = src.entries.width = c_.head_dim;
                 src.keys_f32.width = src.keys_fp4.width = c_.index_head_dim;
                 src.packed_keys = packed_keys_ && c_.index_head_dim % 32 == 0;
+                if (packed_kv_ && c_.head_dim % 16 == 0) src.entries.fmt = cuda::key_format::FP4_E4M3_16;
             }
         return s;
     }
@@ -667,7 +675,7 @@ private:
 
         // Compressed branch: the step's projections at once, then sequence by sequence (each has its
         // own compressor and entries).
-        std::vector<const float *> centries(B.seq.size(), nullptr);
+        std::vector<cuda::key_rows_ref> centries(B.seq.size());
         if (c_.ratio(layer) > 0) {
             begin("attn.compress+index");
             auto proj = project_rows(L, layer, b, pos_d);
@@ -710,7 +718,7 @@ private:
                         DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp4_e4m3(latent.f(), n_latent, hd, 16, st()));
                     DS41RT_RETURN_IF_ERROR(m_->append(src.entries, latent.f(), n_latent));
                 }
-                if (src.entries.rows > 0) centries[i] = src.entries.buf.f();
+                if (src.entries.rows > 0) centries[i] = src.entries.ref();
             }
             if (batched) DS41RT_RETURN_IF_ERROR(select_rows(layer, B, proj->q.f(), proj->w.f(), shs));
             end();
@@ -723,14 +731,14 @@ private:
         for (size_t i = 0; i < B.seq.size(); i++) {
             const int64_t o = B.off[i], n = B.n[i];
             lists.add_window(B.seq[i]->ring[size_t(layer)], W, hd, B.p0[i], o, n, kvf + o * hd, official_ ? W : 0);
-            if (!centries[i] || !shs[i].has_topk) continue;
+            if (!centries[i].base || !shs[i].has_topk) continue;
             if (shs[i].pick_k > 0) {
                 DS41RT_RETURN_IF_ERROR(
-                    lists.add_device_picks(o, n, shs[i].pick_idx, shs[i].pick_cnt, shs[i].pick_k, centries[i], hd));
+                    lists.add_device_picks(o, n, shs[i].pick_idx, shs[i].pick_cnt, shs[i].pick_k, centries[i]));
                 continue;
             }
             for (int64_t s = 0; s < n; s++)
-                for (int32_t e : shs[i].topk[size_t(s)]) lists.row(o + s).push_back(centries[i] + int64_t(e) * hd);
+                for (int32_t e : shs[i].topk[size_t(s)]) lists.row(o + s).push_back(centries[i].at(e));
         }
         int64_t Lmax = 0;
         auto keys_d = lists.upload(*m_, &Lmax);
@@ -1068,6 +1076,10 @@ private:
     // scores kernel decodes a packed key channel by channel, 1.5x slower than reading fp32 keys
     // (H100, session 24: 124 against 83 us for one row over 65536 keys), for 7.5x less memory.
     bool packed_keys_ = false;
+    // The window rings and the compressed entries stored as packed records (new_state) with
+    // DS41RT_PACKED_KV=1. Off by default until a GPU run has shown it (built in session 26, when no
+    // device was lent; GpuVsCpu.PackedKvGivesTheBitsOfFp32Rows is the check).
+    bool packed_kv_ = false;
     const uint16_t *embed_ = nullptr;
     dlinear head_;
     const float *norm_ = nullptr, *inv_main_ = nullptr, *inv_compress_ = nullptr;

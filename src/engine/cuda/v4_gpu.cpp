@@ -485,7 +485,8 @@ private:
             lists.add_window(B.seq[i]->ring[size_t(layer)], W, hd, p0, o, n, kv.f() + o * hd,
                              official_ ? (p0 == 0 ? std::min(n, W) : W) : 0);
             if (csa && picks[i].idx) {
-                DS41RT_RETURN_IF_ERROR(lists.add_device_picks(o, n, picks[i].idx, picks[i].cnt, picks[i].k, centries, hd));
+                DS41RT_RETURN_IF_ERROR(
+                    lists.add_device_picks(o, n, picks[i].idx, picks[i].cnt, picks[i].k, cuda::f32_key_rows(centries, hd)));
             } else if (csa) {
                 for (int64_t s = 0; s < n && !picks[i].host.empty(); s++)
                     for (int32_t e : picks[i].host[size_t(s)]) lists.row(o + s).push_back(centries + int64_t(e) * hd);
