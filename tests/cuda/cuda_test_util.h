@@ -7,12 +7,34 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <random>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/status.h"
 #include "core/threads.h"
+
+// The benchmarks' checks (ds41rt_cuda_bench has no test framework): a failed CUDA call, or a
+// Status that is not ok, ends the process with its message.
+#define CHECK_CUDA(call)                                                                 \
+    do {                                                                                 \
+        cudaError_t e_ = (call);                                                         \
+        if (e_ != cudaSuccess) {                                                         \
+            std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));             \
+            std::exit(1);                                                                \
+        }                                                                                \
+    } while (0)
+#define CHECK_OK(expr)                                                                   \
+    do {                                                                                 \
+        const ::ds41rt::Status s_ = (expr);                                              \
+        if (!s_.is_ok()) {                                                               \
+            std::fprintf(stderr, "%s: %s\n", #expr, s_.to_string().c_str());             \
+            std::exit(1);                                                                \
+        }                                                                                \
+    } while (0)
 
 namespace ds41rt::testing_util {
 

@@ -29,15 +29,6 @@
 using namespace ds41rt;
 using namespace ds41rt::backend;
 
-#define CHECK(call)                                                                      \
-    do {                                                                                 \
-        cudaError_t e_ = (call);                                                         \
-        if (e_ != cudaSuccess) {                                                         \
-            std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));             \
-            std::exit(1);                                                                \
-        }                                                                                \
-    } while (0)
-
 namespace {
 
 float median(std::vector<float> v) {
@@ -49,18 +40,18 @@ float median(std::vector<float> v) {
 double copy_bandwidth() {
     const size_t n = size_t(2) << 30;
     void *a, *b;
-    CHECK(cudaMalloc(&a, n));
-    CHECK(cudaMalloc(&b, n));
-    CHECK(cudaMemset(a, 1, n));
+    CHECK_CUDA(cudaMalloc(&a, n));
+    CHECK_CUDA(cudaMalloc(&b, n));
+    CHECK_CUDA(cudaMemset(a, 1, n));
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
     std::vector<float> ms;
     for (int i = 0; i < 12; i++) {
         cudaEventRecord(e0);
-        CHECK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice));
+        CHECK_CUDA(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice));
         cudaEventRecord(e1);
-        CHECK(cudaEventSynchronize(e1));
+        CHECK_CUDA(cudaEventSynchronize(e1));
         float t;
         cudaEventElapsedTime(&t, e0, e1);
         if (i >= 2) ms.push_back(t);
@@ -106,10 +97,10 @@ struct weight_set {
             std::vector<cuda::gemv_matrix> mats;
             for (size_t i = 0; i < specs.size(); i++) {
                 uint8_t *w, *sc;
-                CHECK(cudaMalloc(&w, qs[i].w.size()));
-                CHECK(cudaMalloc(&sc, qs[i].scale.size()));
-                CHECK(cudaMemcpy(w, qs[i].w.data(), qs[i].w.size(), cudaMemcpyHostToDevice));
-                CHECK(cudaMemcpy(sc, qs[i].scale.data(), qs[i].scale.size(), cudaMemcpyHostToDevice));
+                CHECK_CUDA(cudaMalloc(&w, qs[i].w.size()));
+                CHECK_CUDA(cudaMalloc(&sc, qs[i].scale.size()));
+                CHECK_CUDA(cudaMemcpy(w, qs[i].w.data(), qs[i].w.size(), cudaMemcpyHostToDevice));
+                CHECK_CUDA(cudaMemcpy(sc, qs[i].scale.data(), qs[i].scale.size(), cudaMemcpyHostToDevice));
                 allocs.push_back(w), allocs.push_back(sc);
                 cuda::gemv_matrix m;
                 m.w = w, m.scale = sc, m.fp4 = specs[i].fp4, m.block_out = m.block_in = specs[i].block;
@@ -136,9 +127,9 @@ result time_set(const cuda::device_info &dev, const std::string &name, const wei
     const int maxK = set.maxK, sumN = set.sumN;
     auto x = testing_util::random_normal(size_t(M) * maxK, 2);
     float *dx, *dy;
-    CHECK(cudaMalloc(&dx, x.size() * 4));
-    CHECK(cudaMalloc(&dy, size_t(M) * sumN * 4));
-    CHECK(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMalloc(&dx, x.size() * 4));
+    CHECK_CUDA(cudaMalloc(&dy, size_t(M) * sumN * 4));
+    CHECK_CUDA(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
     std::vector<cuda::gemv_plan> plans;
     size_t ws_bytes = 1;
     for (int c = 0; c < copies; c++) {
@@ -159,13 +150,13 @@ result time_set(const cuda::device_info &dev, const std::string &name, const wei
     // Each copy gets its own workspace: the graph's launches may not share split-K counters.
     std::vector<void *> ws(static_cast<size_t>(copies));
     for (auto &p : ws) {
-        CHECK(cudaMalloc(&p, ws_bytes));
-        CHECK(cudaMemset(p, 0, ws_bytes));
+        CHECK_CUDA(cudaMalloc(&p, ws_bytes));
+        CHECK_CUDA(cudaMemset(p, 0, ws_bytes));
     }
     // The decode step runs as a CUDA graph, so time graph replays: host launch cost stays out.
     cudaStream_t stream;
-    CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
     for (int c = 0; c < copies; c++) {
         Status st = cuda::run_gemv(plans[size_t(c)], ws[size_t(c)], stream);
         if (!st.is_ok()) {
@@ -175,8 +166,8 @@ result time_set(const cuda::device_info &dev, const std::string &name, const wei
     }
     cudaGraph_t graph;
     cudaGraphExec_t exec;
-    CHECK(cudaStreamEndCapture(stream, &graph));
-    CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+    CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
@@ -184,9 +175,9 @@ result time_set(const cuda::device_info &dev, const std::string &name, const wei
     const int reps = 40;
     for (int r = 0; r < reps; r++) {
         cudaEventRecord(e0, stream);
-        CHECK(cudaGraphLaunch(exec, stream));
+        CHECK_CUDA(cudaGraphLaunch(exec, stream));
         cudaEventRecord(e1, stream);
-        CHECK(cudaEventSynchronize(e1));
+        CHECK_CUDA(cudaEventSynchronize(e1));
         float t;
         cudaEventElapsedTime(&t, e0, e1);
         if (r >= 5) ms.push_back(t / float(copies));

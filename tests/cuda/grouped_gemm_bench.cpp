@@ -24,28 +24,12 @@
 #include "backend/cuda/dummy_fill.cuh"
 #include "backend/cuda/gemm_fp8.cuh"
 #include "backend/cuda/peaks.cuh"
+#include "cuda_test_util.h"
 
 using namespace ds41rt;
 using namespace ds41rt::backend;
 
 namespace {
-
-#define CHECK_CUDA(call)                                                                 \
-    do {                                                                                 \
-        cudaError_t e_ = (call);                                                         \
-        if (e_ != cudaSuccess) {                                                         \
-            std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));             \
-            std::exit(1);                                                                \
-        }                                                                                \
-    } while (0)
-#define CHECK_OK(expr)                                                                   \
-    do {                                                                                 \
-        const Status s_ = (expr);                                                        \
-        if (!s_.is_ok()) {                                                               \
-            std::fprintf(stderr, "%s: %s\n", #expr, s_.to_string().c_str());             \
-            std::exit(1);                                                                \
-        }                                                                                \
-    } while (0)
 
 constexpr int E = 384, TOPK = 6, D = 5120, I = 2304;
 
