@@ -88,26 +88,14 @@ __device__ __forceinline__ uint32_t key_tag(const float *p) { return uint32_t(re
 __device__ __forceinline__ const uint8_t *key_bytes(const float *p) {
     return reinterpret_cast<const uint8_t *>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(15));
 }
-// Channels d .. d + 3 (d % 4 == 0) of a packed key record, as cache_pack's unpack decodes them (the
-// same bits: code value times scale, one fp32 multiply). Not inlined: inlined into the unrolled
-// key fetches its registers spilled the fp32 path's P.V loop (ptxas: 12 -> 44 bytes).
+// Channels d .. d + 3 (d % 4 == 0) of a packed key record, by cache_pack's own unpack (the same
+// bits). Not inlined: inlined into the unrolled key fetches its registers spilled the fp32 path's
+// P.V loop (ptxas: 12 -> 44 bytes).
 __device__ __noinline__ float4 packed_key4(const float *p, int d, int hd) {
     using dev::qkind;
-    const uint32_t tag = key_tag(p);
     const uint8_t *rec = key_bytes(p);
-    if (tag == uint32_t(key_format::FP8_UE8M0_32)) {
-        const uint32_t c = *reinterpret_cast<const uint32_t *>(rec + d);
-        const float s = dev::scale_value(qkind::FP8_UE8M0, rec[hd + d / 32]);
-        return make_float4(dev::value_of<qkind::FP8_UE8M0>(uint8_t(c), s), dev::value_of<qkind::FP8_UE8M0>(uint8_t(c >> 8), s),
-                           dev::value_of<qkind::FP8_UE8M0>(uint8_t(c >> 16), s),
-                           dev::value_of<qkind::FP8_UE8M0>(uint8_t(c >> 24), s));
-    }
-    const uint32_t c = *reinterpret_cast<const uint16_t *>(rec + d / 2);
-    const float s = dev::scale_value(qkind::FP4_E4M3, rec[hd / 2 + d / 16]);
-    return make_float4(dev::value_of<qkind::FP4_E4M3>(uint8_t(c & 15u), s),
-                       dev::value_of<qkind::FP4_E4M3>(uint8_t((c >> 4) & 15u), s),
-                       dev::value_of<qkind::FP4_E4M3>(uint8_t((c >> 8) & 15u), s),
-                       dev::value_of<qkind::FP4_E4M3>(uint8_t((c >> 12) & 15u), s));
+    if (key_tag(p) == uint32_t(key_format::FP8_UE8M0_32)) return dev::unpack_quad<qkind::FP8_UE8M0>(rec, rec + hd, d / 4, 8);
+    return dev::unpack_quad<qkind::FP4_E4M3>(rec, rec + hd / 2, d / 4, 4);
 }
 // Channels d .. d + 3 of key p: fp32 rows read directly, packed records decoded.
 __device__ __forceinline__ float4 load_key4(const float *p, int d, int hd) {

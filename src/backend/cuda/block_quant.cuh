@@ -59,4 +59,30 @@ __device__ __forceinline__ float scale_value(qkind k, uint8_t code) {
     return k == qkind::FP4_E4M3 ? e4m3_value(code) : e8m0_value(code);
 }
 
+// A packed row's channels 4 c4 .. 4 c4 + 3 (FP8: a byte each; FP4: a nibble each, low first) and,
+// from the first lane of their block (lanes = block / 4), the block's scale byte. amax: the
+// block's (block_amax).
+template <qkind K>
+__device__ __forceinline__ void pack_quad(float4 v, float amax, int64_t c4, int lanes, uint8_t *codes, uint8_t *scales) {
+    const block_scale s = scale_of<K>(amax);
+    const uint32_t c0 = code_of<K>(v.x, s.s), c1 = code_of<K>(v.y, s.s), c2 = code_of<K>(v.z, s.s), c3 = code_of<K>(v.w, s.s);
+    if constexpr (K == qkind::FP8_UE8M0)
+        reinterpret_cast<uint32_t *>(codes)[c4] = c0 | (c1 << 8) | (c2 << 16) | (c3 << 24);
+    else
+        reinterpret_cast<uint16_t *>(codes)[c4] = uint16_t(c0 | (c1 << 4) | (c2 << 8) | (c3 << 12));
+    if (c4 % lanes == 0) scales[c4 / lanes] = s.code;
+}
+
+// The exact values pack_quad stored for channels 4 c4 .. 4 c4 + 3 of a packed row.
+template <qkind K>
+__device__ __forceinline__ float4 unpack_quad(const uint8_t *codes, const uint8_t *scales, int64_t c4, int lanes) {
+    const float s = scale_value(K, scales[c4 / lanes]);
+    constexpr int bits = K == qkind::FP8_UE8M0 ? 8 : 4;
+    constexpr uint32_t mask = (1u << bits) - 1;
+    const uint32_t c = K == qkind::FP8_UE8M0 ? reinterpret_cast<const uint32_t *>(codes)[c4]
+                                             : uint32_t(reinterpret_cast<const uint16_t *>(codes)[c4]);
+    return make_float4(value_of<K>(uint8_t(c & mask), s), value_of<K>(uint8_t((c >> bits) & mask), s),
+                       value_of<K>(uint8_t((c >> 2 * bits) & mask), s), value_of<K>(uint8_t((c >> 3 * bits) & mask), s));
+}
+
 }  // namespace ds41rt::backend::cuda::dev

@@ -28,14 +28,7 @@ __global__ void pack_kernel(const float *x, int64_t rows, int64_t stride, int64_
     const float4 v = live ? reinterpret_cast<const float4 *>(x + r * stride)[c4] : make_float4(0, 0, 0, 0);
     const float amax = dev::block_amax(v, lanes);
     if (!live) return;
-    const dev::block_scale s = dev::scale_of<K>(amax);
-    const uint32_t c0 = dev::code_of<K>(v.x, s.s), c1 = dev::code_of<K>(v.y, s.s), c2 = dev::code_of<K>(v.z, s.s),
-                   c3 = dev::code_of<K>(v.w, s.s);
-    if constexpr (K == qkind::FP8_UE8M0)
-        reinterpret_cast<uint32_t *>(codes + r * cpitch)[c4] = c0 | (c1 << 8) | (c2 << 16) | (c3 << 24);
-    else
-        reinterpret_cast<uint16_t *>(codes + r * cpitch)[c4] = uint16_t(c0 | (c1 << 4) | (c2 << 8) | (c3 << 12));
-    if (c4 % lanes == 0) scales[r * spitch + c4 / lanes] = s.code;
+    dev::pack_quad<K>(v, amax, c4, lanes, codes + r * cpitch, scales + r * spitch);
 }
 
 // Bytes per call: the packed bytes read, rows * cols * 4 written.
@@ -46,18 +39,7 @@ __global__ void unpack_kernel(const uint8_t *codes, const uint8_t *scales, int64
     const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= rows * per_row) return;
     const int64_t r = t / per_row, c4 = t % per_row;
-    const float s = dev::scale_value(K, scales[r * spitch + c4 / lanes]);
-    uint32_t c;
-    if constexpr (K == qkind::FP8_UE8M0) c = reinterpret_cast<const uint32_t *>(codes + r * cpitch)[c4];
-    else c = reinterpret_cast<const uint16_t *>(codes + r * cpitch)[c4];
-    constexpr int bits = K == qkind::FP8_UE8M0 ? 8 : 4;
-    constexpr uint32_t mask = (1u << bits) - 1;
-    float4 v;
-    v.x = dev::value_of<K>(uint8_t(c & mask), s);
-    v.y = dev::value_of<K>(uint8_t((c >> bits) & mask), s);
-    v.z = dev::value_of<K>(uint8_t((c >> 2 * bits) & mask), s);
-    v.w = dev::value_of<K>(uint8_t((c >> 3 * bits) & mask), s);
-    reinterpret_cast<float4 *>(x + r * stride)[c4] = v;
+    reinterpret_cast<float4 *>(x + r * stride)[c4] = dev::unpack_quad<K>(codes + r * cpitch, scales + r * spitch, c4, lanes);
 }
 
 // pack_fp8_records: block y packs row y of the batch; thread t its channels 4t .. 4t + 3 (the
@@ -73,11 +55,7 @@ __global__ void pack_records_kernel(const __grid_constant__ pack_batch b, int64_
     const float4 v = live ? reinterpret_cast<const float4 *>(j.src)[c4] : make_float4(0, 0, 0, 0);
     const float amax = dev::block_amax(v, 8);
     if (!live) return;
-    const dev::block_scale s = dev::scale_of<qkind::FP8_UE8M0>(amax);
-    const uint32_t c0 = dev::code_of<qkind::FP8_UE8M0>(v.x, s.s), c1 = dev::code_of<qkind::FP8_UE8M0>(v.y, s.s),
-                   c2 = dev::code_of<qkind::FP8_UE8M0>(v.z, s.s), c3 = dev::code_of<qkind::FP8_UE8M0>(v.w, s.s);
-    reinterpret_cast<uint32_t *>(j.dst)[c4] = c0 | (c1 << 8) | (c2 << 16) | (c3 << 24);
-    if (c4 % 8 == 0) j.dst[hd + c4 / 8] = s.code;
+    dev::pack_quad<qkind::FP8_UE8M0>(v, amax, c4, 8, j.dst, j.dst + hd);
 }
 
 // The channels after cols: bf16 bits. Bytes: rows * (stride - cols) * 6.
