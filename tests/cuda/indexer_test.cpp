@@ -9,8 +9,10 @@
 // the sum order). Metric: bit-exact, -inf entries included; the GPU sums each dot in fp64 in the
 // host's channel order and the heads in the host's order, without contraction. scores are
 // poisoned with NaN. Where the keys are FP4 (as the engines store them), the same keys packed
-// (cache_pack) give the same bits. index_scores_rows (several sequences' rows in one launch) and a top-k over
-// its padded block: bit-equal to each sequence's own scores and top-k.
+// (cache_pack) give the same bits, and so do the keys paged as the engines' page pools hold them
+// (fp32 rows and FP4 records, pages in reverse order). index_scores_rows (several sequences' rows
+// in one launch) and a top-k over its padded block: bit-equal to each sequence's own scores and
+// top-k.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include <deque>
 #include <cstdio>
 #include <limits>
+#include <memory>
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/indexer.cuh"
@@ -61,6 +64,36 @@ std::vector<float> host_scores(const std::vector<float> &q, const std::vector<fl
     }
     return scores;
 }
+
+// Keys [T, ihd] (device, fp32) paged as engine/cuda paged_rows holds them: page_rows keys a page,
+// each key an fp32 row or (fp4) an FP4 + E8M0 record, `pitch` bytes apart, the pages laid out in
+// reverse order, so a reader that ignored the table would read other keys.
+struct paged_keys {
+    std::unique_ptr<dev_vec<uint8_t>> buf;
+    std::unique_ptr<dev_vec<const uint8_t *>> table;
+    cuda::index_keys keys;
+    paged_keys(const float *dk, int64_t T, int ihd, bool fp4, int64_t page_rows) {
+        const int64_t pitch = fp4 ? (ihd / 2 + ihd / 32 + 3) / 4 * 4 : 4 * ihd + 16;  // fp32: a gap after each row
+        const int64_t pages = (T + page_rows - 1) / page_rows, page_bytes = page_rows * pitch;
+        buf = std::make_unique<dev_vec<uint8_t>>(size_t(std::max<int64_t>(pages, 1) * page_bytes));
+        buf->poison();
+        std::vector<const uint8_t *> tab;
+        for (int64_t g = 0; g < pages; g++) {
+            uint8_t *page = buf->p + (pages - 1 - g) * page_bytes;
+            tab.push_back(page);
+            const int64_t t0 = g * page_rows, n = std::min(page_rows, T - t0);
+            if (fp4) {
+                EXPECT_TRUE(cuda::pack_fp4_ue8m0(dk + t0 * ihd, n, ihd, 32, {page, page + ihd / 2, pitch}, nullptr).is_ok());
+            } else {
+                EXPECT_EQ(cudaMemcpy2D(page, size_t(pitch), dk + t0 * ihd, size_t(ihd) * 4, size_t(ihd) * 4, size_t(n),
+                                       cudaMemcpyDeviceToDevice),
+                          cudaSuccess);
+            }
+        }
+        table = std::make_unique<dev_vec<const uint8_t *>>(tab);
+        keys = cuda::index_keys::paged(table->p, page_rows, pitch, fp4);
+    }
+};
 
 class CudaIndexer : public testing_util::CudaOps {
 protected:
@@ -113,6 +146,17 @@ protected:
                         what + " packed keys", double(T * (ihd / 2 + ihd / 32) + S * ih * ihd * 4 + S * T * 4), [&] {
                             (void)cuda::index_scores(dq.p, cuda::fp4_rows{codes.p, scales.p}, dw.p, p, ds.p, nullptr);
                         }, 20);
+            }
+            for (bool fp4 : {false, true}) {  // paged as the page pools hold them: the same bits
+                if (fp4 && !(quant && ihd % 32 == 0)) continue;
+                const paged_keys pk(dk.p, T, ihd, fp4, 100);
+                ds.poison();
+                ASSERT_TRUE(cuda::index_scores(dq.p, pk.keys, dw.p, p, ds.p, nullptr).is_ok());
+                EXPECT_EQ(testing_util::bit_mismatches(ds.download(), ref, what + (fp4 ? " paged fp4" : " paged fp32")), 0u);
+                if (time)
+                    testing_util::print_timing(what + (fp4 ? " paged fp4 keys" : " paged fp32 keys"),
+                                               double(T * pk.keys.pitch + S * ih * ihd * 4 + S * T * 4),
+                                               [&] { (void)cuda::index_scores(dq.p, pk.keys, dw.p, p, ds.p, nullptr); }, 20);
             }
             if (time)
                 testing_util::print_timing(what, double(T * ihd * 4 + S * ih * ihd * 4 + S * T * 4),
@@ -262,6 +306,16 @@ TEST(CudaIndexerRows, BatchedRowsSelectAsEachSequenceAlone) {
     batch.poison();
     ASSERT_TRUE(cuda::index_scores_rows(packed.data(), R, p, Tmax, batch.p, nullptr).is_ok());
     EXPECT_EQ(testing_util::bit_mismatches(batch.download(), bs, "index_scores_rows, packed keys"), 0u);
+    // And paged (FP4 records, 7 keys a page; the empty sequence's row has T 0 and no keys).
+    std::deque<paged_keys> pages;
+    std::vector<cuda::index_row> paged = rows;
+    for (size_t i = 0, r = 0; i < seqs.size(); i++) {
+        pages.emplace_back(dk[i].p, std::max<int64_t>(seqs[i].T, 1), ihd, true, 7);
+        for (int s = 0; s < seqs[i].rows; s++, r++) paged[r].keys = pages.back().keys;
+    }
+    batch.poison();
+    ASSERT_TRUE(cuda::index_scores_rows(paged.data(), R, p, Tmax, batch.p, nullptr).is_ok());
+    EXPECT_EQ(testing_util::bit_mismatches(batch.download(), bs, "index_scores_rows, paged keys"), 0u);
     std::vector<cuda::index_row> too_many(size_t(cuda::INDEX_ROWS_MAX + 1), rows[0]);
     EXPECT_FALSE(cuda::index_scores_rows(too_many.data(), int(too_many.size()), p, Tmax, batch.p, nullptr).is_ok());
     rows[0].T = Tmax + 1;
@@ -278,6 +332,12 @@ TEST(CudaIndexerArgs, RejectsBadShapes) {
     p.ihd = 32;
     p.ratio = 0;
     EXPECT_FALSE(cuda::index_scores(nullptr, nullptr, nullptr, p, nullptr, nullptr).is_ok());
+    // A paged key that does not hold its row (FP4 at ihd 32: 20 bytes, 4-byte aligned).
+    p.ratio = 1;
+    const uint8_t *const *table = reinterpret_cast<const uint8_t *const *>(&p);  // never read: rejected first
+    float x = 0;
+    EXPECT_FALSE(cuda::index_scores(&x, cuda::index_keys::paged(table, 4, 18, true), &x, p, &x, nullptr).is_ok());
+    EXPECT_FALSE(cuda::index_scores(&x, cuda::index_keys::paged(table, 4, 127, false), &x, p, &x, nullptr).is_ok());
 }
 
 }  // namespace

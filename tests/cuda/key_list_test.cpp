@@ -22,8 +22,9 @@ class CudaKeyList : public testing_util::CudaOps {};
 // prefill longer than the ring, a ring whose oldest slots hold positions of a rolled-back future
 // (lo past the first position seen), picks after a host-built window (tail off: those columns keep
 // the poison), a gap between sequences, more sequences than one launch takes, and picks from
-// fp32 rows and from packed records, rings of either kind (tagged pointers, cache_pack
-// key_rows_ref).
+// fp32 rows and from packed records, contiguous or paged (a page table, pages of 5 records in
+// reverse order, as engine/cuda paged_rows keeps a sequence's entries), rings of either kind
+// (tagged pointers, cache_pack key_rows_ref).
 TEST_F(CudaKeyList, RowsEqualTheHostsListsWholeOrAroundHostColumns) {
     using backend::cuda::key_row_seq;
     const int64_t W = 8, hd = 4, L = 40;
@@ -42,10 +43,15 @@ TEST_F(CudaKeyList, RowsEqualTheHostsListsWholeOrAroundHostColumns) {
     std::vector<std::vector<int32_t>> idx_h, cnt_h;
     std::vector<std::unique_ptr<dev_vec<int32_t>>> idx_d, cnt_d;
     dev_vec<float> entries(size_t(64 * hd));
-    dev_vec<uint8_t> records(size_t(64 * 288));
+    const int64_t PR = 5, NP = 13;  // paged records: 13 pages of 5, page g at page NP - 1 - g of the buffer
+    dev_vec<uint8_t> records(size_t(PR * NP * 288));
+    std::vector<const uint8_t *> table_h;
+    for (int64_t g = 0; g < NP; g++) table_h.push_back(records.p + (NP - 1 - g) * PR * 288);
+    dev_vec<const uint8_t *> table(table_h);
     auto entry_ref = [&](size_t c) {
-        return c % 2 ? backend::cuda::key_rows_ref{records.p, 288, backend::cuda::key_format::FP4_E4M3_16}
-                     : backend::cuda::f32_key_rows(entries.p, hd);
+        backend::cuda::key_rows_ref r{records.p, 288, backend::cuda::key_format::FP4_E4M3_16};
+        if (c % 4 == 3) r.base = nullptr, r.pages = table.p, r.page_rows = PR;
+        return c % 2 ? r : backend::cuda::f32_key_rows(entries.p, hd);
     };
     auto ring_ref = [&](size_t c) {
         return c % 3 == 2 ? backend::cuda::key_rows_ref{reinterpret_cast<const uint8_t *>(rings[c]->p), 528,
@@ -58,8 +64,9 @@ TEST_F(CudaKeyList, RowsEqualTheHostsListsWholeOrAroundHostColumns) {
     };
     // The pointer the kernel must write, formed here from integers.
     auto want_entry = [&](size_t c, int64_t e) {
-        return c % 2 ? (uint64_t(reinterpret_cast<uintptr_t>(records.p)) + uint64_t(e) * 288u) | 2u
-                     : uint64_t(reinterpret_cast<uintptr_t>(entries.p)) + uint64_t(e * hd) * 4u;
+        const uint64_t rec = uint64_t(reinterpret_cast<uintptr_t>(records.p));
+        if (c % 4 == 3) return (rec + uint64_t((NP - 1 - e / PR) * PR + e % PR) * 288u) | 2u;
+        return c % 2 ? (rec + uint64_t(e) * 288u) | 2u : uint64_t(reinterpret_cast<uintptr_t>(entries.p)) + uint64_t(e * hd) * 4u;
     };
     int64_t row = 0;
     for (size_t c = 0; c < cases.size(); c++) {
@@ -81,7 +88,8 @@ TEST_F(CudaKeyList, RowsEqualTheHostsListsWholeOrAroundHostColumns) {
         // Sequences 2, 5, 8 ... read their ring as FP8 records (pitch 528, tagged), the rest as fp32 rows.
         if (q.window) d.ring = ring_ref(c), d.chunk = chunks.back()->p;
         d.p0 = q.p0, d.lo = q.lo, d.o = row, d.n = q.n, d.pad = q.pad;
-        // Odd sequences pick from packed records (pitch 288, tagged FP4), even ones from fp32 rows.
+        // Odd sequences pick from packed records (pitch 288, tagged FP4; every other one paged),
+        // even ones from fp32 rows.
         if (q.k) d.idx = idx_d.back()->p, d.cnt = cnt_d.back()->p, d.entries = entry_ref(c), d.k = q.k;
         seqs.push_back(d);
         row += q.n;

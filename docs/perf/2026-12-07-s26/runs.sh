@@ -49,6 +49,22 @@ groups)  # most telling first: a cut-off run still returns what it measured
   LD_LIBRARY_PATH=$LIBS timeout 200 build/dev/ds41rt_cuda_tests > $O/cuda-tests.log 2>&1
   grep -E '^\[  (PASSED|FAILED)|index_scores' $O/cuda-tests.log | head -30
   ;;
+paged)  # session 27: the page pools (binaries -paged): the indexer's and key lists' paged reads, every engine test
+  LD_LIBRARY_PATH=$LIBS timeout 80 build/dev/ds41rt_cuda_tests-paged --gtest_filter='CudaIndexer*:CudaKeyList*:CudaAttention.Packed*' > $O/paged-tests.log 2>&1
+  grep -E '^\[  (PASSED|FAILED)|FAILED|paged' $O/paged-tests.log | head -30
+  LD_LIBRARY_PATH=$LIBS timeout 150 build/dev/ds41rt_cuda_engine_tests-paged > $O/paged-engine-tests.log 2>&1
+  grep -E '^\[  (PASSED|FAILED)|FAILED' $O/paged-engine-tests.log | head -30
+  DS41RT_PACKED_KV=1 DS41RT_PACKED_INDEX_KEYS=1 LD_LIBRARY_PATH=$LIBS timeout 100 build/dev/ds41rt_cuda_engine_tests-paged --gtest_filter='V41/GpuVsCpu.*:V4/GpuVsCpu.*' > $O/paged-packed-engine-tests.log 2>&1
+  grep -E '^\[  (PASSED|FAILED)|FAILED' $O/paged-packed-engine-tests.log | head -30
+  ;;
+benches)  # the whole-model runs of groups alone, after short
+  bench t256 ds41rt X=1 -- --prefill 8192
+  bench t128 ds41rt DS41RT_GEMM_GROUP_ROWS=128 -- --prefill 8192
+  bench both128 ds41rt DS41RT_GEMM_GROUP_ROWS=128 DS41RT_GEMM_IMAGE_COLS=128 -- --prefill 8192
+  bench c1 ds41rt X=1 -- --concurrency 1,16 --prefill ''
+  bench c1-kv-packed ds41rt DS41RT_PACKED_KV=1 -- --concurrency 1,16 --prefill ''
+  bench kv-packed ds41rt DS41RT_PACKED_KV=1 -- --prefill 8192
+  ;;
 short)  # what a few minutes can show: the new paths' tests, then the grouped GEMM's tiles
   [ -e /work/main/tests/fixtures ] || { mkdir -p /work/main/tests; ln -s "$PWD/tests/fixtures" /work/main/tests/fixtures; }
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader

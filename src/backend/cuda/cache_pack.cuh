@@ -43,20 +43,28 @@ struct fp4_rows {
 // codes then scales, padded to 16 bytes: V4.1's window KV (FP8 E4M3 + E8M0 per 32, 528 B at hd
 // 512) and compressed entries (FP4 E2M1 + E4M3 per 16, 288 B).
 enum class key_format : uint32_t { F32 = 0, FP8_UE8M0_32 = 1, FP4_E4M3_16 = 2 };
-constexpr int64_t key_record_bytes(key_format f, int64_t hd) {
+__host__ __device__ constexpr int64_t key_record_bytes(key_format f, int64_t hd) {
     if (f == key_format::F32) return 4 * hd;  // plain rows (hd % 4 == 0: 16-byte aligned)
     return (f == key_format::FP8_UE8M0_32 ? hd + hd / 32 + 15 : hd / 2 + hd / 16 + 15) / 16 * 16;
 }
 __host__ __device__ inline const float *key_record(const uint8_t *record, key_format f) {
     return reinterpret_cast<const float *>(reinterpret_cast<uintptr_t>(record) | uintptr_t(f));
 }
-// A buffer of key rows as attention's lists point into it: row i at base + i * pitch, in format
-// fmt (fp32 rows: pitch 4 hd).
+// Key rows as attention's lists point into them, in format fmt (fp32 rows: pitch 4 hd): row i at
+// base + i * pitch, or, paged (a sequence's rows in a pool's pages, engine/cuda page_pool), at
+// pages[i / page_rows] + (i % page_rows) * pitch, the table in memory the reader can dereference
+// (device memory for a kernel, host memory for the host).
 struct key_rows_ref {
     const uint8_t *base = nullptr;
     int64_t pitch = 0;
     key_format fmt = key_format::F32;
-    __host__ __device__ const float *at(int64_t i) const { return key_record(base + i * pitch, fmt); }
+    const uint8_t *const *pages = nullptr;
+    int64_t page_rows = 0;
+    __host__ __device__ const uint8_t *row(int64_t i) const {
+        return pages ? pages[i / page_rows] + (i % page_rows) * pitch : base + i * pitch;
+    }
+    __host__ __device__ const float *at(int64_t i) const { return key_record(row(i), fmt); }
+    __host__ __device__ bool set() const { return base || pages; }
 };
 inline key_rows_ref f32_key_rows(const float *rows, int64_t hd) {
     return {reinterpret_cast<const uint8_t *>(rows), 4 * hd, key_format::F32};

@@ -62,13 +62,25 @@ __device__ __forceinline__ float head_term(float dot, float wh, const index_scor
 // threads together: fp32 rows a value a thread, packed rows a word of 8 codes a thread under its
 // scale (cache_pack's layout: low nibble first, so channel 8w + j is nibble j of word w), each the
 // exact value unpack_fp4_ue8m0 gives. A packed key is ihd / 2 + ihd / 32 bytes (68 at V4.1's 128)
-// against 512.
+// against 512. Paged keys: the block's n <= BT key addresses are looked up once, into shared
+// memory (a division per key, not per value: per value, paged fp32 keys read 2.2x slower).
 template <class Put>
 __device__ __forceinline__ void stage_keys(const index_keys &k, int64_t t0, int n, int64_t T, int ihd, Put put) {
-    if (k.f32) {
+    __shared__ const uint8_t *paged_row[BT];
+    if (k.pages) {
+        for (int r = threadIdx.x; r < n; r += blockDim.x) {
+            const int64_t t = t0 + r;
+            paged_row[r] = t < T ? k.pages[t / k.page_rows] + (t % k.page_rows) * k.pitch : nullptr;
+        }
+        __syncthreads();
+    }
+    if (!k.packed()) {
         for (int e = threadIdx.x; e < n * ihd; e += blockDim.x) {
             const int r = e / ihd, c = e % ihd;
-            put(r, c, t0 + r < T ? k.f32[(t0 + r) * ihd + c] : 0.0f);
+            const int64_t t = t0 + r;
+            float v = 0.0f;
+            if (t < T) v = k.f32 ? k.f32[t * ihd + c] : reinterpret_cast<const float *>(paged_row[r])[c];
+            put(r, c, v);
         }
         return;
     }
@@ -80,8 +92,10 @@ __device__ __forceinline__ void stage_keys(const index_keys &k, int64_t t0, int 
         uint32_t code = 0;
         float s = 0.0f;
         if (t < T) {
-            code = *reinterpret_cast<const uint32_t *>(k.codes + t * (ihd / 2) + w * 4);
-            s = dev::scale_value(qkind::FP4_UE8M0, k.scales[t * (ihd / 32) + w / 4]);
+            const uint8_t *cb = k.pages ? paged_row[r] : k.codes + t * (ihd / 2);
+            const uint8_t *sb = k.pages ? cb + ihd / 2 : k.scales + t * (ihd / 32);
+            code = *reinterpret_cast<const uint32_t *>(cb + w * 4);
+            s = dev::scale_value(qkind::FP4_UE8M0, sb[w / 4]);
         }
 #pragma unroll
         for (int j = 0; j < 8; j++)
@@ -220,6 +234,9 @@ int optin_for(K *kernel) {
     int dev = 0, v = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    cudaFuncAttributes a{};
+    cudaFuncGetAttributes(&a, kernel);
+    v -= int(a.sharedSizeBytes);  // stage_keys' paged-row table
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, v);
     return v;
 }
@@ -254,6 +271,18 @@ Status launch_rows(const row_table &tab, int rows, const index_score_params &p, 
     return Status::ok();
 }
 
+// Packed keys are whole blocks of 32; a paged key holds its row (4-byte aligned: read by words).
+Status check_keys(const char *op, const index_keys &k, int ihd) {
+    if (k.packed() && ihd % 32 != 0)
+        return Status::invalid_argument(std::string(op) + ": packed FP4 keys need ihd a multiple of 32, not " +
+                                        std::to_string(ihd));
+    const int64_t need = k.fp4 ? ihd / 2 + ihd / 32 : 4 * int64_t(ihd);
+    if (k.pages && (k.pitch < need || k.pitch % 4 != 0))
+        return Status::invalid_argument(std::string(op) + ": paged key pitch " + std::to_string(k.pitch) +
+                                        " does not hold a key of " + std::to_string(need) + " bytes (4-byte aligned)");
+    return Status::ok();
+}
+
 }  // namespace
 
 Status index_scores(const float *q, index_keys keys, const float *w, const index_score_params &p, float *scores,
@@ -265,9 +294,7 @@ Status index_scores(const float *q, index_keys keys, const float *w, const index
                                         std::to_string(p.ratio));
     if (p.S == 0 || p.T == 0) return Status::ok();
     if (!q || !keys.set() || !w || !scores) return Status::invalid_argument("index_scores: null q, keys, w or scores");
-    if (keys.packed() && p.ihd % 32 != 0)
-        return Status::invalid_argument("index_scores: packed FP4 keys need ihd a multiple of 32, not " +
-                                        std::to_string(p.ihd));
+    DS41RT_RETURN_IF_ERROR(check_keys("index_scores", keys, p.ihd));
     if (short_layout(p, p.T)) {
         static const int optin = optin_for(index_scores_short_kernel);
         DS41RT_RETURN_IF_ERROR(smem_fits(p, optin, smem_short(p)));
@@ -294,12 +321,11 @@ Status index_scores_rows(const index_row *rows, int n, const index_score_params 
     row_table tab{};
     for (int i = 0; i < n; i++) {
         const index_row &r = rows[i];
-        if (r.T < 0 || r.T > ld || r.visible < 0 || (r.T > 0 && (!r.q || !r.w || !r.keys.set())) ||
-            (r.keys.packed() && p.ihd % 32 != 0))
+        if (r.T < 0 || r.T > ld || r.visible < 0 || (r.T > 0 && (!r.q || !r.w || !r.keys.set())))
             return Status::invalid_argument("index_scores_rows: row " + std::to_string(i) + " has T " + std::to_string(r.T) +
                                             " (0..ld " + std::to_string(ld) + "), visible " + std::to_string(r.visible) +
-                                            ", a null q, w or keys, or packed keys with ihd " + std::to_string(p.ihd) +
-                                            " not a multiple of 32");
+                                            ", or a null q, w or keys");
+        DS41RT_RETURN_IF_ERROR(check_keys("index_scores_rows", r.keys, p.ihd));
         tab.r[i] = r;
     }
     if (short_layout(p, ld)) {

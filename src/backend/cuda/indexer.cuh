@@ -28,15 +28,25 @@ struct index_score_params {
 // An index source's keys [T, ihd]: fp32 rows, or packed FP4 rows as the cache stores them
 // (cache_pack.cuh fp4_rows, E2M1 codes and an E8M0 scale per 32 channels: ihd % 32 == 0), read as
 // their exact values (what unpack_fp4_ue8m0 gives: the FP4 fake quant the engines apply to every
-// key, so the scores are the same bits either way).
+// key, so the scores are the same bits either way). Either as dense arrays or paged (a sequence's
+// keys in a pool's pages, engine/cuda page_pool): key t at pages[t / page_rows] + (t % page_rows)
+// * pitch (a device table), an fp32 row or an FP4 record (codes, then scales at ihd / 2).
 struct index_keys {
     const float *f32 = nullptr;
     const uint8_t *codes = nullptr, *scales = nullptr;
+    const uint8_t *const *pages = nullptr;
+    int64_t page_rows = 0, pitch = 0;
+    bool fp4 = false;  // paged keys are FP4 records
     index_keys() = default;
     index_keys(const float *k) : f32(k) {}  // NOLINT: fp32 keys convert implicitly
     index_keys(fp4_rows r) : codes(r.codes), scales(r.scales) {}  // NOLINT
-    bool packed() const { return !f32 && codes; }
-    bool set() const { return f32 || (codes && scales); }
+    static index_keys paged(const uint8_t *const *pages, int64_t page_rows, int64_t pitch, bool fp4) {
+        index_keys k;
+        k.pages = pages, k.page_rows = page_rows, k.pitch = pitch, k.fp4 = fp4;
+        return k;
+    }
+    __host__ __device__ bool packed() const { return codes || (pages && fp4); }
+    bool set() const { return f32 || (codes && scales) || (pages && page_rows > 0 && pitch > 0); }
 };
 
 // scores[s, t] = sum over h (ascending) of relu(q[s, h] . k[t]) weighted by w[s, h], with the

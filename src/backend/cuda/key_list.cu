@@ -29,7 +29,7 @@ __global__ void fill_key_rows_kernel(const float **keys, const __grid_constant__
     const int64_t s = r - q.o, p = q.p0 + s, first = max(int64_t(0), p - P.W + 1);
     const int64_t h0 = max(first, q.lo), nh = max(int64_t(0), q.p0 - h0);
     const int64_t c0 = max(first, q.p0), nc = p - c0 + 1;
-    const bool window = q.ring.base || q.chunk;
+    const bool window = q.ring.set() || q.chunk;
     const int64_t end = P.tail ? P.L : q.pad + q.k;
     const float **row = keys + r * P.L;
     for (int64_t j = threadIdx.x; j < end; j += blockDim.x) {
@@ -63,7 +63,7 @@ Status fill_key_rows(const float **keys, int64_t L, const key_row_seq *seqs, int
     };
     for (int i = 0; i < nseq; i++) {
         const key_row_seq &q = seqs[i];
-        const bool window = q.ring.base || q.chunk;
+        const bool window = q.ring.set() || q.chunk;
         if (q.n <= 0 || q.n > 65535 || q.o < 0 || q.pad < 0 || q.k < 0 || q.pad + q.k > L || (q.k > 0 && !(q.idx && q.cnt)) ||
             (window && (W <= 0 || q.pad < std::min(W, q.p0 + q.n) || q.lo < 0 || q.lo > q.p0)))
             return Status::invalid_argument("fill_key_rows: sequence " + std::to_string(i) + " (rows " + std::to_string(q.o) +

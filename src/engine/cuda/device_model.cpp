@@ -588,54 +588,6 @@ Status device_model::append(dev_rows &r, const float *src, int64_t n) const {
     return Status::ok();
 }
 
-Status device_model::append(fp4_dev_rows &r, const float *src, int64_t n) const {
-    if (n <= 0) return Status::ok();
-    const int64_t cb = r.width / 2, sb = r.width / 32;  // code and scale bytes a row
-    if (r.rows + n > r.cap) {
-        const int64_t cap = grown_cap(r.cap, r.rows + n);
-        dtemp codes = temp(size_t(cap * cb)), scales = temp(size_t(cap * sb));
-        if (r.rows > 0) {
-            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(codes.as<void>(), r.codes.as<void>(), size_t(r.rows * cb),
-                                                        cudaMemcpyDeviceToDevice, stream_));
-            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(scales.as<void>(), r.scales.as<void>(), size_t(r.rows * sb),
-                                                        cudaMemcpyDeviceToDevice, stream_));
-        }
-        r.codes = std::move(codes), r.scales = std::move(scales), r.cap = cap;
-    }
-    DS41RT_RETURN_IF_ERROR(cuda::pack_fp4_ue8m0(
-        src, n, r.width, 32, {r.codes.as<uint8_t>() + r.rows * cb, r.scales.as<uint8_t>() + r.rows * sb}, stream_));
-    r.rows += n;
-    return Status::ok();
-}
-
-Status device_model::append(key_store &r, const float *src, int64_t n) const {
-    if (n <= 0) return Status::ok();
-    const int64_t pitch = r.pitch();
-    if (r.rows + n > r.cap) {
-        const int64_t cap = grown_cap(r.cap, r.rows + n);
-        dtemp nb = temp(size_t(cap * pitch));
-        if (r.rows > 0)
-            DS41RT_CUDA_RETURN_IF_ERROR(
-                cudaMemcpyAsync(nb.as<void>(), r.buf.as<void>(), size_t(r.rows * pitch), cudaMemcpyDeviceToDevice, stream_));
-        r.buf = std::move(nb), r.cap = cap;
-    }
-    uint8_t *at = r.buf.as<uint8_t>() + r.rows * pitch;
-    switch (r.fmt) {
-    case cuda::key_format::F32:
-        DS41RT_CUDA_RETURN_IF_ERROR(
-            cudaMemcpyAsync(at, src, size_t(n * r.width) * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
-        break;
-    case cuda::key_format::FP8_UE8M0_32:
-        DS41RT_RETURN_IF_ERROR(cuda::pack_fp8_ue8m0(src, n, r.width, r.width, 32, cuda::fp8_records(at, r.width), stream_));
-        break;
-    case cuda::key_format::FP4_E4M3_16:
-        DS41RT_RETURN_IF_ERROR(cuda::pack_fp4_e4m3(src, n, r.width, 16, cuda::fp4_records(at, r.width), stream_));
-        break;
-    }
-    r.rows += n;
-    return Status::ok();
-}
-
 Status device_model::append_rows(const std::vector<row_append> &jobs) const {
     std::vector<cuda::float_copy> copies;
     copies.reserve(jobs.size());

@@ -24,7 +24,6 @@
 #include <vector>
 
 #include "backend/cpu/numerics.h"
-#include "backend/cuda/cache_pack.cuh"
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/gemv.cuh"
 #include "core/status.h"
@@ -71,26 +70,6 @@ struct dev_rows {
     dtemp buf;
     int64_t rows = 0, cap = 0, width = 0;
     const float *at(int64_t r) const { return buf.f() + r * width; }
-};
-
-// FP4 rows as the caches store them (backend/cuda cache_pack: E2M1 codes [rows, width / 2], an
-// E8M0 scale per 32 channels [rows, width / 32]), growing as dev_rows does: 68 bytes a V4.1 index
-// key against 512 as fp32.
-struct fp4_dev_rows {
-    dtemp codes, scales;
-    int64_t rows = 0, cap = 0, width = 0;  // width: a multiple of 32
-    backend::cuda::fp4_rows all() const { return {codes.as<uint8_t>(), scales.as<uint8_t>()}; }
-};
-
-// Key rows as attention reads them (backend/cuda cache_pack key_rows_ref), growing as dev_rows
-// does: fp32 rows, or packed cache records (V4.1's compressed entries: FP4 + E4M3 per 16, 288
-// bytes at head_dim 512 against 2048 as fp32).
-struct key_store {
-    dtemp buf;
-    int64_t rows = 0, cap = 0, width = 0;
-    backend::cuda::key_format fmt = backend::cuda::key_format::F32;
-    int64_t pitch() const { return backend::cuda::key_record_bytes(fmt, width); }
-    backend::cuda::key_rows_ref ref() const { return {buf.as<const uint8_t>(), pitch(), fmt}; }
 };
 
 // The mHC mixes of one site for S tokens: pre, post [S, hc], comb [S, hc, hc], and the
@@ -245,10 +224,6 @@ public:
     std::vector<float> download_f32(const float *dev, int64_t n, Status *s) const;  // synchronises
     // Appends n rows of src (device) to r.
     Status append(dev_rows &r, const float *src, int64_t n) const;
-    // Appends n rows of src (device [n, r.width], values FP4 per 32 already: packing is exact).
-    Status append(fp4_dev_rows &r, const float *src, int64_t n) const;
-    // Appends n rows of src (device [n, r.width]; for records, values on the format's grid already).
-    Status append(key_store &r, const float *src, int64_t n) const;
     // Many appends (to distinct dev_rows) in one launch (backend/cuda copy_floats), where one
     // append each costs a copy call: a decode step's row joining every sequence's buffers.
     struct row_append {

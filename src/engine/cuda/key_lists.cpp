@@ -104,6 +104,22 @@ Result<dtemp> key_lists::upload(const device_model &m, int64_t *L) const {
     return keys;
 }
 
+Status make_rings(std::vector<window_ring> &rings, page_pool &pool, int n_layers, int64_t W, int64_t hd,
+                  backend::cuda::key_format fmt) {
+    if (!rings.empty()) return Status::ok();
+    const int64_t bytes = W * backend::cuda::key_record_bytes(fmt, hd);
+    std::vector<window_ring> made(static_cast<size_t>(n_layers));
+    for (window_ring &r : made) {
+        Result<uint8_t *> p = pool.take(bytes);
+        if (!p) return p.status();
+        r.rows = pool_page(&pool, *p, bytes);
+        r.pos.assign(size_t(W), -1);
+        r.fmt = fmt;
+    }
+    rings = std::move(made);
+    return Status::ok();
+}
+
 Status store_windows(const device_model &m, const std::vector<window_store> &stores, int64_t W, int64_t hd) {
     std::vector<backend::cuda::float_copy> copies;
     std::vector<backend::cuda::row_pack> packs;
@@ -111,9 +127,9 @@ Status store_windows(const device_model &m, const std::vector<window_store> &sto
         for (int64_t s = std::max<int64_t>(0, w.n - W); s < w.n; s++) {
             const int64_t p = w.p0 + s;
             if (w.ring->fmt == backend::cuda::key_format::F32)
-                copies.push_back({w.chunk + s * hd, w.ring->rows.f() + (p % W) * hd, hd});
+                copies.push_back({w.chunk + s * hd, reinterpret_cast<float *>(w.ring->rows.get()) + (p % W) * hd, hd});
             else if (w.ring->fmt == backend::cuda::key_format::FP8_UE8M0_32)
-                packs.push_back({w.chunk + s * hd, w.ring->rows.as<uint8_t>() + (p % W) * w.ring->ref(hd).pitch});
+                packs.push_back({w.chunk + s * hd, w.ring->rows.get() + (p % W) * w.ring->ref(hd).pitch});
             else
                 return Status::internal("store_windows: a window ring of FP4 records");
             w.ring->pos[size_t(p % W)] = p;

@@ -19,20 +19,27 @@
 
 #include "backend/cuda/key_list.cuh"
 #include "engine/cuda/device_model.h"
+#include "engine/cuda/page_pool.h"
 
 namespace ds41rt::engine::gpu {
 
-// One layer's window ring of a sequence: W rows of head_dim on the device, fp32 or packed records
-// (V4.1's window KV: FP8 + E8M0 per 32, 528 bytes a row at head_dim 512), and on the host the
-// position each slot holds (-1: empty).
+// One layer's window ring of a sequence: W rows of head_dim in one pool page, fp32 or packed
+// records (V4.1's window KV: FP8 + E8M0 per 32, 528 bytes a row at head_dim 512), and on the host
+// the position each slot holds (-1: empty).
 struct window_ring {
-    dtemp rows;
+    pool_page rows;
     std::vector<int64_t> pos;
     backend::cuda::key_format fmt = backend::cuda::key_format::F32;
     backend::cuda::key_rows_ref ref(int64_t hd) const {
-        return {rows.as<const uint8_t>(), backend::cuda::key_record_bytes(fmt, hd), fmt};
+        return {rows.get(), backend::cuda::key_record_bytes(fmt, hd), fmt};
     }
 };
+
+// A sequence's window rings, one a layer of W empty slots of hd channels in fmt, each a page of
+// pool; made by the sequence's first step (the rings stay empty until then, so a failure is a
+// Status there). Nothing happens when the rings exist.
+Status make_rings(std::vector<window_ring> &rings, page_pool &pool, int n_layers, int64_t W, int64_t hd,
+                  backend::cuda::key_format fmt);
 
 class key_lists {
 public:

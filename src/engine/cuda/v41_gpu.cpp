@@ -2,12 +2,13 @@
 // op on the device, step for step in the same order and with the same rounding points, so the
 // CPU reference is this engine's oracle (tests/cuda_engine).
 //
-// Weights are the checkpoint's stored bytes (device_model); sequence state lives on the device:
-// the window ring of every layer, and per KV source the open compression group, the compressed
-// entries (fp32 rows; with DS41RT_PACKED_KV=1 the rings as FP8 records and the entries as FP4
-// records where the model quantizes them) and the index keys (fp32 rows, or packed FP4 rows in
-// cache_pack's layout with DS41RT_PACKED_INDEX_KEYS=1); paged pools are the next step.
-// Activations are stream-ordered temporaries.
+// Weights are the checkpoint's stored bytes (device_model); sequence state lives on the device,
+// in the engine's page_pool: the window ring of every layer (a page), and per KV source the
+// compressed entries and the index keys (paged_rows: a page per PAGE_TOKENS tokens; fp32 rows,
+// or with DS41RT_PACKED_KV=1 the rings as FP8 records and the entries as FP4 records where the
+// model quantizes them; the index keys as FP4 records, DS41RT_PACKED_INDEX_KEYS=0 fp32 rows), and
+// the open compression group (a growing buffer of at most a group's rows). Activations are
+// stream-ordered temporaries.
 //
 // A step runs the new tokens of all its sequences as one set of rows (step_rows): row-wise ops
 // over every row, the state-owning steps (Engram history, compressor, indexer, window ring)
@@ -59,6 +60,8 @@
 #include "engine/cuda/device_model.h"
 #include "engine/cuda/gpu_engine.h"
 #include "engine/cuda/key_lists.h"
+#include "engine/cuda/page_pool.h"
+#include "engine/cuda/paged_rows.h"
 #include "engine/cuda/section_timer.h"
 #include "engine/cuda/side_branch.h"
 #include "engine/cuda/routed_decode.h"
@@ -114,21 +117,15 @@ struct layer_dev {
 struct source_dev {
     dev_rows buf_kv, buf_gate;
     key_store entries;  // attention reads them through key_rows_ref: fp32 rows or FP4 records
-    // The index keys: fp32 rows, or with DS41RT_PACKED_INDEX_KEYS=1 packed FP4 (68 bytes a V4.1
-    // key, not 512) where index_head_dim is a multiple of 32: the indexer then FP4-quantizes every
-    // key, so packing is exact.
-    fp4_dev_rows keys_fp4;
-    dev_rows keys_f32;
-    bool packed_keys = false;
-    int64_t n_keys() const { return packed_keys ? keys_fp4.rows : keys_f32.rows; }
-    cuda::index_keys keys() const {
-        return packed_keys ? cuda::index_keys(keys_fp4.all()) : cuda::index_keys(keys_f32.buf.f());
-    }
+    // The index keys: FP4 records (68 bytes a V4.1 key, not 512) where index_head_dim is a
+    // multiple of 32 (the indexer then FP4-quantizes every key, so packing is exact), else fp32
+    // rows (and with DS41RT_PACKED_INDEX_KEYS=0).
+    index_key_store keys;
 };
 
 struct seq_dev {
     int64_t len = 0;
-    std::vector<window_ring> ring;  // per layer
+    std::vector<window_ring> ring;  // per layer, made by the sequence's first step (rings())
     std::map<int, source_dev> sources;
     std::vector<int64_t> engram_history;
 };
@@ -158,12 +155,13 @@ class v41_gpu final : public gpu_engine<seq_dev> {
 public:
     v41_gpu(std::unique_ptr<device_model> m, engram_hasher h, bool has_engram, bool profile,
             const experts::remote_layout &remote)
-        : m_(std::move(m)), c_(m_->config()), hasher_(std::move(h)), has_engram_(has_engram),
+        : m_(std::move(m)), pages_(std::make_unique<page_pool>(m_->stream())), c_(m_->config()), hasher_(std::move(h)),
+          has_engram_(has_engram),
           official_(m_->official()), layout_(remote), prof_(profile), products_(profile) {
         m_->set_product_timer(&products_);
         if (const char *e = std::getenv("DS41RT_BATCHED_SELECT")) batched_select_ = std::string(e) != "0";
         if (const char *e = std::getenv("DS41RT_DEVICE_KEY_LISTS")) device_key_lists_ = std::string(e) != "0";
-        if (const char *e = std::getenv("DS41RT_PACKED_INDEX_KEYS")) packed_keys_ = std::string(e) == "1";
+        if (const char *e = std::getenv("DS41RT_PACKED_INDEX_KEYS")) packed_keys_ = std::string(e) != "0";
         if (const char *e = std::getenv("DS41RT_PACKED_KV")) packed_kv_ = std::string(e) == "1";
         if (layout_.any_remote()) remote_ = std::make_unique<experts::remote_experts>(layout_, c_.dim);
 #ifdef DS41RT_HAVE_NCCL
@@ -306,21 +304,22 @@ public:
     void set_profile(bool on) override { prof_.set_on(on), products_.set_on(on); }
     void set_cuda_graphs(bool on) override { buckets_.set_on(on); }
 
+    // A sequence's stores, empty: its pages come as it grows (the rings with its first step).
+    // The entries are FP4-quantized where head_dim is whole blocks of 16 (attn_core), the index
+    // keys where index_head_dim is whole blocks of 32: stored packed, exactly. A page holds a
+    // source's rows of PAGE_TOKENS tokens.
     seq_dev new_state() const override {
         seq_dev s;
-        // The window rows are FP8-quantized where head_dim is whole blocks of 32 (attn_site's kv
-        // row), the entries FP4 where it is whole blocks of 16 (attn_core): stored packed, exactly.
-        const auto ring_fmt = packed_kv_ && c_.head_dim % 32 == 0 ? cuda::key_format::FP8_UE8M0_32 : cuda::key_format::F32;
-        for (int l = 0; l < c_.n_layers; l++)
-            s.ring.push_back({m_->temp(size_t(c_.window * cuda::key_record_bytes(ring_fmt, c_.head_dim))),
-                              std::vector<int64_t>(size_t(c_.window), -1), ring_fmt});
         for (int l = 0; l < c_.n_layers; l++)
             if (c_.is_kv_source(l)) {
                 source_dev &src = s.sources[l];
-                src.buf_kv.width = src.buf_gate.width = src.entries.width = c_.head_dim;
-                src.keys_f32.width = src.keys_fp4.width = c_.index_head_dim;
-                src.packed_keys = packed_keys_ && c_.index_head_dim % 32 == 0;
-                if (packed_kv_ && c_.head_dim % 16 == 0) src.entries.fmt = cuda::key_format::FP4_E4M3_16;
+                const int64_t page_rows = std::max<int64_t>(1, PAGE_TOKENS / c_.ratio(l));
+                src.buf_kv.width = src.buf_gate.width = c_.head_dim;
+                src.entries = key_store(pages_.get(), c_.head_dim,
+                                        packed_kv_ && c_.head_dim % 16 == 0 ? cuda::key_format::FP4_E4M3_16 : cuda::key_format::F32,
+                                        page_rows);
+                src.keys = index_key_store(pages_.get(), c_.index_head_dim, packed_keys_ && c_.index_head_dim % 32 == 0,
+                                           page_rows);
             }
         return s;
     }
@@ -436,7 +435,7 @@ private:
                            int64_t *n_latent, int64_t *first_pos, bool appended = false) const {
         const int ratio = c_.ratio(layer);
         const int64_t hd = c_.head_dim;
-        *first_pos = src.entries.rows * ratio;
+        *first_pos = src.entries.n() * ratio;
         if (ratio == 1) {  // the projection, normalized, is the latent
             dtemp latent = m_->temp_f32(S * hd);
             DS41RT_CUDA_RETURN_IF_ERROR(
@@ -485,11 +484,10 @@ private:
             if (!lp) return lp.status();
             DS41RT_RETURN_IF_ERROR(rope(k.f(), n_latent, ihd, lp->as<int64_t>(), 1, inv_compress_, false));
             if (ihd % 32 == 0) DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp4_ue8m0(k.f(), n_latent, ihd, 32, st()));
-            DS41RT_RETURN_IF_ERROR(src.packed_keys ? m_->append(src.keys_fp4, k.f(), n_latent)
-                                                   : m_->append(src.keys_f32, k.f(), n_latent));
+            DS41RT_RETURN_IF_ERROR(src.keys.append(*m_, k.f(), n_latent));
         }
         (void)hd;
-        const int64_t T = src.n_keys();
+        const int64_t T = src.keys.n();
         if (T == 0 || !select) return Status::ok();  // nothing to select yet; earlier selections stay published
 
         cuda::index_score_params ip;
@@ -503,7 +501,7 @@ private:
         ip.head_scale = 1.0f / std::sqrt(float(ih));
         ip.official = official_;
         dtemp scores_d = m_->temp_f32(S * T);
-        DS41RT_RETURN_IF_ERROR(cuda::index_scores(q, src.keys(), w, ip, scores_d.f(), st()));
+        DS41RT_RETURN_IF_ERROR(cuda::index_scores(q, src.keys.keys(), w, ip, scores_d.f(), st()));
         const int64_t k = std::min<int64_t>(c_.index_topk, T);
         sh.has_topk = true;
         sh.topk.assign(size_t(S), {});
@@ -575,12 +573,12 @@ private:
         int64_t Tmax = 0;
         for (size_t i = 0; i < B.seq.size(); i++) {
             const source_dev &src = B.seq[i]->sources.at(c_.kv_source_for(layer));
-            const int64_t T = src.n_keys();
+            const int64_t T = src.keys.n();
             if (T == 0) continue;
             first.push_back({i, int64_t(rows.size()), T});
             for (int64_t s = 0; s < B.n[i]; s++) {
                 const int64_t r = B.off[i] + s;
-                rows.push_back({q + r * ih * ihd, w + r * ih, src.keys(), T, (B.p0[i] + s + 1) / ratio});
+                rows.push_back({q + r * ih * ihd, w + r * ih, src.keys.keys(), T, (B.p0[i] + s + 1) / ratio});
             }
             Tmax = std::max(Tmax, T);
         }
@@ -675,7 +673,7 @@ private:
 
         // Compressed branch: the step's projections at once, then sequence by sequence (each has its
         // own compressor and entries).
-        std::vector<cuda::key_rows_ref> centries(B.seq.size());
+        std::vector<const key_store *> centries(B.seq.size());  // the sequences' entries, where they have some
         if (c_.ratio(layer) > 0) {
             begin("attn.compress+index");
             auto proj = project_rows(L, layer, b, pos_d);
@@ -716,9 +714,9 @@ private:
                     DS41RT_RETURN_IF_ERROR(rope(latent.f(), n_latent, hd, lp->as<int64_t>(), 1, inv_compress_, false));
                     if (hd % 16 == 0)
                         DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp4_e4m3(latent.f(), n_latent, hd, 16, st()));
-                    DS41RT_RETURN_IF_ERROR(m_->append(src.entries, latent.f(), n_latent));
+                    DS41RT_RETURN_IF_ERROR(src.entries.append(*m_, latent.f(), n_latent));
                 }
-                if (src.entries.rows > 0) centries[i] = src.entries.ref();
+                if (src.entries.n() > 0) centries[i] = &src.entries;
             }
             if (batched) DS41RT_RETURN_IF_ERROR(select_rows(layer, B, proj->q.f(), proj->w.f(), shs));
             end();
@@ -731,14 +729,15 @@ private:
         for (size_t i = 0; i < B.seq.size(); i++) {
             const int64_t o = B.off[i], n = B.n[i];
             lists.add_window(B.seq[i]->ring[size_t(layer)], W, hd, B.p0[i], o, n, kvf + o * hd, official_ ? W : 0);
-            if (!centries[i].base || !shs[i].has_topk) continue;
+            if (!centries[i] || !shs[i].has_topk) continue;
             if (shs[i].pick_k > 0) {
                 DS41RT_RETURN_IF_ERROR(
-                    lists.add_device_picks(o, n, shs[i].pick_idx, shs[i].pick_cnt, shs[i].pick_k, centries[i]));
+                    lists.add_device_picks(o, n, shs[i].pick_idx, shs[i].pick_cnt, shs[i].pick_k, centries[i]->ref()));
                 continue;
             }
+            const cuda::key_rows_ref host = centries[i]->host_ref();
             for (int64_t s = 0; s < n; s++)
-                for (int32_t e : shs[i].topk[size_t(s)]) lists.row(o + s).push_back(centries[i].at(e));
+                for (int32_t e : shs[i].topk[size_t(s)]) lists.row(o + s).push_back(host.at(e));
         }
         int64_t Lmax = 0;
         auto keys_d = lists.upload(*m_, &Lmax);
@@ -955,10 +954,20 @@ private:
         return nccl_->stage(layer, nm, S, int(c_.n_activated_experts));
     }
 
+    // The window rings of the step's sequences that have none yet (a sequence's first step): FP8
+    // records where head_dim is whole blocks of 32 (attn_site's window row is FP8-quantized
+    // there), else fp32 rows.
+    Status rings(const step_rows &B) const {
+        const auto fmt = packed_kv_ && c_.head_dim % 32 == 0 ? cuda::key_format::FP8_UE8M0_32 : cuda::key_format::F32;
+        for (seq_dev *sq : B.seq) DS41RT_RETURN_IF_ERROR(make_rings(sq->ring, *pages_, c_.n_layers, c_.window, c_.head_dim, fmt));
+        return Status::ok();
+    }
+
     Status forward_rows(step_rows &B, const std::vector<int32_t> &tokens, float *logits) const override {
         const auto issue0 = std::chrono::steady_clock::now();
         const int64_t S = B.rows, D = c_.dim, V = c_.vocab_size;
         const int hc = c_.hc_mult;
+        DS41RT_RETURN_IF_ERROR(rings(B));
         if (has_engram_)
             for (size_t i = 0; i < B.seq.size(); i++)
                 for (int64_t s = 0; s < B.n[i]; s++)
@@ -1064,6 +1073,8 @@ private:
     }
 
     std::unique_ptr<device_model> m_;
+    // The sequences' state pages (after m_: given back to its stream before the stream goes).
+    std::unique_ptr<page_pool> pages_;
     const model::model_config &c_;
     engram_hasher hasher_;
     bool has_engram_;
@@ -1072,13 +1083,15 @@ private:
     // Window halves of the key lists written on the device (key_lists.h); DS41RT_DEVICE_KEY_LISTS=0:
     // built on the host, for comparing.
     bool device_key_lists_ = true;
-    // Index keys stored packed (source_dev) with DS41RT_PACKED_INDEX_KEYS=1. Off by default: the
-    // scores kernel decodes a packed key channel by channel, 1.5x slower than reading fp32 keys
-    // (H100, session 24: 124 against 83 us for one row over 65536 keys), for 7.5x less memory.
-    bool packed_keys_ = false;
+    // Index keys stored as FP4 records (source_dev; DS41RT_PACKED_INDEX_KEYS=0: fp32 rows, for
+    // comparing): 7.5x less memory, the same bits, and read faster than fp32 keys since the scores
+    // kernel stages them a word at a time (H100, session 27: 72 us for one row over 65536 keys,
+    // 83 for fp32 keys in session 24).
+    bool packed_keys_ = true;
     // The window rings and the compressed entries stored as packed records (new_state) with
-    // DS41RT_PACKED_KV=1. Off by default until a GPU run has shown it (built in session 26, when no
-    // device was lent; GpuVsCpu.PackedKvGivesTheBitsOfFp32Rows is the check).
+    // DS41RT_PACKED_KV=1: the same bits (GpuVsCpu.PackedKvGivesTheBitsOfFp32Rows, H100 session
+    // 27), but off by default while attention decodes the records slower than it reads fp32 rows
+    // (C1 2.32 -> 2.50 ms a step at 8 layers, H100 session 27).
     bool packed_kv_ = false;
     const uint16_t *embed_ = nullptr;
     dlinear head_;

@@ -8,7 +8,8 @@
 //
 // Sequence state: the window ring of every layer, the compressors' open windows
 // (v4_compressor: the rows of windows not yet closed, pooled on the device when they close) and
-// the compressed entries / index keys live on the device (fp32 rows).
+// the compressed entries / index keys live on the device (fp32 rows), the rings and the entries in
+// the engine's page_pool (a ring a page; a compressor's entries a page per PAGE_TOKENS tokens).
 //
 // What runs on the host, on rows brought back (a synchronisation): TRANSFORMERS' index scores
 // (torch's tie order has no GPU twin; OFFICIAL's top-k and the picked entries of the attention
@@ -42,6 +43,8 @@
 #include "engine/cpu_engine.h"
 #include "engine/cuda/gpu_engine.h"
 #include "engine/cuda/key_lists.h"
+#include "engine/cuda/page_pool.h"
+#include "engine/cuda/paged_rows.h"
 #include "engine/cuda/section_timer.h"
 #include "engine/cuda/side_branch.h"
 #include "engine/cuda/routed_decode.h"
@@ -92,12 +95,16 @@ struct layer_dev {
 
 struct comp_seq {
     v4_open_windows open;  // the rows of the windows not yet closed
-    dev_rows entries;      // normed, RoPE'd (and QAT'd under OFFICIAL) entries
+    key_store entries;     // normed, RoPE'd (and QAT'd under OFFICIAL) entries, fp32 rows
+    // The indexer's compressor's entries as the indexer reads them (its keys).
+    cuda::index_keys index_keys() const {
+        return cuda::index_keys::paged(entries.rows.device_table(), entries.rows.page_rows(), entries.rows.pitch(), false);
+    }
 };
 
 struct seq_dev {
     int64_t len = 0;
-    std::vector<window_ring> ring;      // per layer
+    std::vector<window_ring> ring;      // per layer, made by the sequence's first step (rings())
     std::vector<comp_seq> comp, icomp;  // per layer (used where ratio > 0 / CSA)
 };
 
@@ -114,7 +121,8 @@ using step_rows = gpu::step_rows<seq_dev>;
 class v4_gpu final : public gpu_engine<seq_dev> {
 public:
     v4_gpu(std::unique_ptr<device_model> m, bool profile)
-        : m_(std::move(m)), c_(m_->config()), official_(m_->official()), prof_(profile), products_(profile) {
+        : m_(std::move(m)), pages_(std::make_unique<page_pool>(m_->stream())), c_(m_->config()), official_(m_->official()),
+          prof_(profile), products_(profile) {
         m_->set_product_timer(&products_);
         if (const char *e = std::getenv("DS41RT_DEVICE_KEY_LISTS")) device_key_lists_ = std::string(e) != "0";
     }
@@ -255,15 +263,15 @@ public:
     void set_profile(bool on) override { prof_.set_on(on), products_.set_on(on); }
     void set_cuda_graphs(bool on) override { buckets_.set_on(on); }
 
+    // A sequence's stores, empty: its pages come as it grows (the rings with its first step).
     seq_dev new_state() const override {
         seq_dev s;
-        for (int l = 0; l < c_.n_layers; l++)
-            s.ring.push_back({m_->temp_f32(int64_t(c_.window) * c_.head_dim), std::vector<int64_t>(size_t(c_.window), -1)});
         s.comp.resize(size_t(c_.n_layers));
         s.icomp.resize(size_t(c_.n_layers));
         for (int l = 0; l < c_.n_layers; l++) {
-            s.comp[size_t(l)].entries.width = c_.head_dim;
-            s.icomp[size_t(l)].entries.width = c_.index_head_dim;
+            const int64_t page_rows = std::max<int64_t>(1, PAGE_TOKENS / std::max(1, c_.ratio(l)));
+            s.comp[size_t(l)].entries = key_store(pages_.get(), c_.head_dim, cuda::key_format::F32, page_rows);
+            s.icomp[size_t(l)].entries = key_store(pages_.get(), c_.index_head_dim, cuda::key_format::F32, page_rows);
         }
         return s;
     }
@@ -322,7 +330,7 @@ private:
         DS41RT_RETURN_IF_ERROR(v4_compress_pool(*m_, shape, open, kv.f(), gate.f(), B.off, B.n, &lt, &groups));
         std::vector<int64_t> pos;
         for (size_t i = 0; i < B.seq.size(); i++)
-            for (int64_t g = 0; g < groups[i]; g++) pos.push_back((cs[i]->entries.rows + g) * ratio);
+            for (int64_t g = 0; g < groups[i]; g++) pos.push_back((cs[i]->entries.n() + g) * ratio);
         const int64_t G = int64_t(pos.size());
         if (G == 0) return Status::ok();
         auto pos_d = m_->upload_temp(pos.data(), pos.size() * sizeof(int64_t));
@@ -338,7 +346,7 @@ private:
                 DS41RT_RETURN_IF_ERROR(cuda::fake_quant_fp8_ue8m0_cols(e, G, d, d - c_.rope_head_dim, KV_QAT_BLOCK, st()));
         }
         for (size_t i = 0, g0 = 0; i < B.seq.size(); g0 += size_t(groups[i]), i++)
-            DS41RT_RETURN_IF_ERROR(m_->append(cs[i]->entries, e + int64_t(g0) * d, groups[i]));
+            DS41RT_RETURN_IF_ERROR(cs[i]->entries.append(*m_, e + int64_t(g0) * d, groups[i]));
         return Status::ok();
     }
 
@@ -356,7 +364,7 @@ private:
         int64_t kmax = 0;
         for (size_t i = 0; i < nseq; i++) {
             (*picks)[i].host.assign(size_t(B.n[i]), {});
-            T[i] = B.seq[i]->icomp[size_t(layer)].entries.rows;
+            T[i] = B.seq[i]->icomp[size_t(layer)].entries.n();
             k[i] = std::min<int64_t>(c_.index_topk, T[i]);
             kmax = std::max(kmax, k[i]);
         }
@@ -395,7 +403,7 @@ private:
             ip.head_scale = 1.0f / std::sqrt(float(ih));
             ip.official = official_;
             float *sc = scores_d.f() + score_off[i];
-            DS41RT_RETURN_IF_ERROR(cuda::index_scores(q.f() + o * ih * ihd, B.seq[i]->icomp[size_t(layer)].entries.buf.f(),
+            DS41RT_RETURN_IF_ERROR(cuda::index_scores(q.f() + o * ih * ihd, B.seq[i]->icomp[size_t(layer)].index_keys(),
                                                       w.f() + o * ih, ip, sc, st()));
             if (official_)
                 DS41RT_RETURN_IF_ERROR(cuda::topk_lower_index(sc, n, T[i], T[i], int(k[i]), idx.as<int32_t>() + o * kmax,
@@ -480,20 +488,19 @@ private:
         key_lists lists(S, device_key_lists_);
         for (size_t i = 0; i < B.seq.size(); i++) {
             const int64_t p0 = B.p0[i], o = B.off[i], n = B.n[i];
-            const dev_rows &ent = B.seq[i]->comp[size_t(layer)].entries;
-            const float *centries = ent.rows > 0 ? ent.buf.f() : nullptr;
+            const key_store &ent = B.seq[i]->comp[size_t(layer)].entries;
+            const cuda::key_rows_ref host = ent.host_ref();
             lists.add_window(B.seq[i]->ring[size_t(layer)], W, hd, p0, o, n, kv.f() + o * hd,
                              official_ ? (p0 == 0 ? std::min(n, W) : W) : 0);
-            if (csa && picks[i].idx) {
-                DS41RT_RETURN_IF_ERROR(
-                    lists.add_device_picks(o, n, picks[i].idx, picks[i].cnt, picks[i].k, cuda::f32_key_rows(centries, hd)));
+            if (csa && picks[i].idx) {  // a sequence with no entries yet has no picks (counts 0)
+                DS41RT_RETURN_IF_ERROR(lists.add_device_picks(o, n, picks[i].idx, picks[i].cnt, picks[i].k, ent.ref()));
             } else if (csa) {
                 for (int64_t s = 0; s < n && !picks[i].host.empty(); s++)
-                    for (int32_t e : picks[i].host[size_t(s)]) lists.row(o + s).push_back(centries + int64_t(e) * hd);
+                    for (int32_t e : picks[i].host[size_t(s)]) lists.row(o + s).push_back(host.at(e));
             } else if (ratio > 0) {
                 for (int64_t s = 0; s < n; s++) {
-                    const int64_t visible = std::min<int64_t>((p0 + s + 1) / ratio, ent.rows);
-                    for (int64_t e = 0; e < visible; e++) lists.row(o + s).push_back(centries + e * hd);
+                    const int64_t visible = std::min<int64_t>((p0 + s + 1) / ratio, ent.n());
+                    for (int64_t e = 0; e < visible; e++) lists.row(o + s).push_back(host.at(e));
                 }
             }
         }
@@ -618,6 +625,8 @@ private:
         const auto issue0 = std::chrono::steady_clock::now();
         const int64_t S = B.rows, D = c_.dim, V = c_.vocab_size;
         const int hc = c_.hc_mult;
+        for (seq_dev *sq : B.seq)
+            DS41RT_RETURN_IF_ERROR(make_rings(sq->ring, *pages_, c_.n_layers, c_.window, c_.head_dim, cuda::key_format::F32));
         step_frame frame(*m_, bucket_for(S), S);
         const step_bufs &b = frame.bufs();
 
@@ -693,6 +702,8 @@ private:
     }
 
     std::unique_ptr<device_model> m_;
+    // The sequences' state pages (after m_: given back to its stream before the stream goes).
+    std::unique_ptr<page_pool> pages_;
     const model::model_config &c_;
     bool official_;
     bool device_key_lists_ = true;  // as v41_gpu's (DS41RT_DEVICE_KEY_LISTS=0: host-built windows)
