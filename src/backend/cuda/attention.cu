@@ -88,19 +88,41 @@ __device__ __forceinline__ uint32_t key_tag(const float *p) { return uint32_t(re
 __device__ __forceinline__ const uint8_t *key_bytes(const float *p) {
     return reinterpret_cast<const uint8_t *>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(15));
 }
-// Channels d .. d + 3 (d % 4 == 0) of a packed key record, by cache_pack's own unpack (the same
-// bits). Not inlined: inlined into the unrolled key fetches its registers spilled the fp32 path's
-// P.V loop (ptxas: 12 -> 44 bytes).
-__device__ __noinline__ float4 packed_key4(const float *p, int d, int hd) {
+// Channels d .. d + 3 (d % 4 == 0) of key p in two steps, so that a thread's loads are all in
+// flight before any is used: fetch_key4 reads fp32 channels, or a packed record's code word and
+// scale byte (in .x and .y); key4_value, given the key's tag, gives the channels' values, for a
+// record by cache_pack's own unpack halves (the same bits). (A decode at the load, not inlined to
+// spare the fp32 path's registers, left a thread's packed loads one after another: attention
+// over FP8 window rows made a C1 step 8% slower, H100 session 27.)
+__device__ __forceinline__ float4 fetch_key4(const float *p, int d, int hd) {
     using dev::qkind;
+    const uint32_t tag = key_tag(p);
+    if (tag == uint32_t(key_format::F32)) return load4(p + d);
     const uint8_t *rec = key_bytes(p);
-    if (key_tag(p) == uint32_t(key_format::FP8_UE8M0_32)) return dev::unpack_quad<qkind::FP8_UE8M0>(rec, rec + hd, d / 4, 8);
-    return dev::unpack_quad<qkind::FP4_E4M3>(rec, rec + hd / 2, d / 4, 4);
+    const bool fp8 = tag == uint32_t(key_format::FP8_UE8M0_32);
+    const uint32_t code = fp8 ? dev::quad_codes<qkind::FP8_UE8M0>(rec, d / 4) : dev::quad_codes<qkind::FP4_E4M3>(rec, d / 4);
+    const uint32_t scale = rec[fp8 ? hd + d / 32 : hd / 2 + d / 16];
+    return make_float4(__uint_as_float(code), __uint_as_float(scale), 0.0f, 0.0f);
 }
-// Channels d .. d + 3 of key p: fp32 rows read directly, packed records decoded.
-__device__ __forceinline__ float4 load_key4(const float *p, int d, int hd) {
-    return key_tag(p) == uint32_t(key_format::F32) ? load4(p + d) : packed_key4(p, d, hd);
+__device__ __forceinline__ float4 packed_decode4(float4 f, uint32_t tag) {
+    using dev::qkind;
+    const uint32_t code = __float_as_uint(f.x);
+    const uint8_t scale = uint8_t(__float_as_uint(f.y));
+    return tag == uint32_t(key_format::FP8_UE8M0_32) ? dev::quad_values<qkind::FP8_UE8M0>(code, scale)
+                                                     : dev::quad_values<qkind::FP4_E4M3>(code, scale);
 }
+// The decode is not inlined: inlined into the P.V kernel's unrolled stash it spilled 316 bytes
+// (ptxas), where the fp32 path spills none.
+__device__ __noinline__ float4 packed_value4(float4 f, uint32_t tag) { return packed_decode4(f, tag); }
+__device__ __forceinline__ float4 key4_value(float4 f, uint32_t tag) {
+    return tag == uint32_t(key_format::F32) ? f : packed_value4(f, tag);
+}
+// Load and decode in one call, for a fetch whose registers must stay few (the LOOP P.V kernel).
+__device__ __noinline__ float4 packed_key4(const float *p, int d, int hd) {
+    return packed_decode4(fetch_key4(p, d, hd), key_tag(p));
+}
+// A fetch loop's tags: 4 bits for each of a thread's up to 8 key quads.
+constexpr int MAX_KEY_FETCHES = 8;
 
 // Four fp64 accumulators (4 consecutive dims of one head).
 struct dbl4 {
@@ -194,18 +216,22 @@ __global__ void __launch_bounds__(32 * NWM * NWN, tile_min_blocks(NWM * NWN))
     const int r = blockIdx.z, h0 = blockIdx.y * HS, i0 = blockIdx.x * KS, tid = threadIdx.x;
     for (int j = tid; j < KS; j += NT) kp[j] = i0 + j < L ? keys[size_t(r) * L + i0 + j] : nullptr;
     __syncthreads();
+    static_assert(KV <= MAX_KEY_FETCHES, "a thread's key quads must fit the tag word");
     float4 qr[QV], kr[KV];
+    uint32_t ktag = 0;
     auto fetch = [&](int d0) {
 #pragma unroll
         for (int u = 0; u < QV; u++) {
             const int e = tid + u * NT, h = h0 + e / C4, d = d0 + 4 * (e % C4);
             qr[u] = (h < H && d < hd) ? load4(q + (size_t(r) * H + h) * hd + d) : zero4();
         }
+        ktag = 0;
 #pragma unroll
         for (int u = 0; u < KV; u++) {
             const int e = tid + u * NT, d = d0 + 4 * (e % C4);
             const float *p = kp[e / C4];
-            kr[u] = (p && d < hd) ? load_key4(p, d, hd) : zero4();
+            kr[u] = (p && d < hd) ? fetch_key4(p, d, hd) : zero4();
+            if (p) ktag |= key_tag(p) << (4 * u);
         }
     };
     auto stash = [&]() {
@@ -217,7 +243,7 @@ __global__ void __launch_bounds__(32 * NWM * NWN, tile_min_blocks(NWM * NWN))
 #pragma unroll
         for (int u = 0; u < KV; u++) {
             const int e = tid + u * NT;
-            stash4(k_s + (e / C4) * P + 4 * (e % C4), kr[u]);
+            stash4(k_s + (e / C4) * P + 4 * (e % C4), key4_value(kr[u], (ktag >> (4 * u)) & 15u));
         }
     };
     const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -272,20 +298,55 @@ __global__ void __launch_bounds__(32 * NWM * NWN)
     const int lane = tid & 31, warp = tid >> 5;
     for (int j = tid; j < KS; j += 32 * NW) kp[j] = i0 + j < L ? keys[size_t(r) * L + i0 + j] : nullptr;
     __syncthreads();
-    // A warp a row: HS q rows then KS key rows, 16-byte copies (a packed key decoded as it is
-    // staged); missing rows and the pad as zeros.
+    // A warp a row: HS q rows then KS key rows, 16-byte copies; missing rows and the pad as zeros.
+    // A packed key's record is copied as it is to the end of its row's slot, then decoded into
+    // the slot in place (each lane's quads read before any is written: at most hd 1024; longer
+    // packed rows are decoded straight from global memory).
+    constexpr int MAXQ = 8;
     for (int row = warp; row < HS + KS; row += NW) {
         const float *src = row < HS ? (h0 + row < H ? q + (size_t(r) * H + h0 + row) * hd : nullptr) : kp[row - HS];
-        const bool packed = src && key_tag(src) != 0;
+        const uint32_t tag = src ? key_tag(src) : 0u;
         float *dst = smem_f + row * P;
+        if (tag != 0 && C <= 32 * MAXQ) {
+            const int rb = int(key_record_bytes(key_format(tag), hd));
+            uint8_t *raw = reinterpret_cast<uint8_t *>(dst + P) - rb;
+            for (int c = lane; c < rb / 16; c += 32) cp_async16(raw + 16 * c, key_bytes(src) + 16 * c, 16);
+            continue;
+        }
         for (int c = lane; c < C; c += 32) {
-            if (src && 4 * c < hd && !packed) cp_async16(dst + 4 * c, src + 4 * c, 16);
-            else *reinterpret_cast<float4 *>(dst + 4 * c) = src && 4 * c < hd ? load_key4(src, 4 * c, hd) : zero4();
+            if (src && 4 * c < hd && tag == 0) cp_async16(dst + 4 * c, src + 4 * c, 16);
+            else if (src && 4 * c < hd) *reinterpret_cast<float4 *>(dst + 4 * c) = key4_value(fetch_key4(src, 4 * c, hd), tag);
+            else *reinterpret_cast<float4 *>(dst + 4 * c) = zero4();
         }
     }
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
+    if (C <= 32 * MAXQ) {
+        using dev::qkind;
+        for (int row = HS + warp; row < HS + KS; row += NW) {
+            const float *src = kp[row - HS];
+            const uint32_t tag = src ? key_tag(src) : 0u;
+            if (tag == 0) continue;
+            float *dst = smem_f + row * P;
+            const bool fp8 = tag == uint32_t(key_format::FP8_UE8M0_32);
+            const uint8_t *raw = reinterpret_cast<const uint8_t *>(dst + P) - key_record_bytes(key_format(tag), hd);
+            float4 v[MAXQ];
+#pragma unroll
+            for (int k = 0; k < MAXQ; k++) {
+                const int c = lane + 32 * k;
+                v[k] = zero4();
+                if (c < C && 4 * c < hd)
+                    v[k] = fp8 ? dev::unpack_quad<qkind::FP8_UE8M0>(raw, raw + hd, c, 8)
+                               : dev::unpack_quad<qkind::FP4_E4M3>(raw, raw + hd / 2, c, 4);
+            }
+            __syncwarp();
+#pragma unroll
+            for (int k = 0; k < MAXQ; k++)
+                if (lane + 32 * k < C) *reinterpret_cast<float4 *>(dst + 4 * (lane + 32 * k)) = v[k];
+        }
+        __syncthreads();
+    }
     const int g = lane >> 2, t = lane & 3;
     const int wm0 = (warp % NWM) * 8 * WM, wn0 = (warp / NWM) * 8 * WN;
     const float *qa_p[WM], *kb_p[WN];
@@ -393,13 +454,25 @@ __global__ void __launch_bounds__(32 * NWM * NWN, tile_min_blocks(NWM * NWN))
     // The next block's floats wait in registers while this one is multiplied.
     constexpr int KV = BLK * (DS / 4) / NT, WV = HS * (BLK / 4) / NT;  // float4 loads per thread and block
     static_assert(BLK * (DS / 4) % NT == 0 && HS * (BLK / 4) % NT == 0, "a block must split evenly over the threads");
+    // Packed keys: decoded at the stash (all of a thread's loads in flight first), except in the
+    // LOOP kernel, whose next block's fetch overlaps the MMAs: there the decode call comes with
+    // the load (the tag word across the MMA loop spilled 52 bytes, ptxas; LOOP serves prefills,
+    // bound by the fp64 MMAs).
+    static_assert(KV <= MAX_KEY_FETCHES, "a thread's key quads must fit the tag word");
     float4 kr[KV], wr[WV];
+    uint32_t ktag = 0;
     auto fetch = [&](int b) {
+        ktag = 0;
 #pragma unroll
         for (int u = 0; u < KV; u++) {
             const int e = tid + u * NT, i = b * BLK + e / (DS / 4), dk = d0 + 4 * (e % (DS / 4));
             const float *p = i < L ? keys[size_t(r) * L + i] : nullptr;
-            kr[u] = (p && dk < hd) ? load_key4(p, dk, hd) : zero4();
+            if constexpr (LOOP) {
+                kr[u] = !(p && dk < hd) ? zero4() : key_tag(p) == 0 ? load4(p + dk) : packed_key4(p, dk, hd);
+            } else {
+                kr[u] = (p && dk < hd) ? fetch_key4(p, dk, hd) : zero4();
+                if (p) ktag |= key_tag(p) << (4 * u);
+            }
         }
 #pragma unroll
         for (int u = 0; u < WV; u++) {
@@ -413,7 +486,7 @@ __global__ void __launch_bounds__(32 * NWM * NWN, tile_min_blocks(NWM * NWN))
 #pragma unroll
         for (int u = 0; u < KV; u++) {
             const int e = tid + u * NT;
-            stash4(k_s + (e / (DS / 4)) * PK + 4 * (e % (DS / 4)), kr[u]);
+            stash4(k_s + (e / (DS / 4)) * PK + 4 * (e % (DS / 4)), LOOP ? kr[u] : key4_value(kr[u], (ktag >> (4 * u)) & 15u));
         }
 #pragma unroll
         for (int u = 0; u < WV; u++) {

@@ -73,16 +73,27 @@ __device__ __forceinline__ void pack_quad(float4 v, float amax, int64_t c4, int 
     if (c4 % lanes == 0) scales[c4 / lanes] = s.code;
 }
 
+// unpack_quad in two halves, for readers that issue a quad's loads long before they decode it
+// (attention's key fetches): the quad's codes as one word, and the values of a word of codes
+// under its block's scale byte.
+template <qkind K>
+__device__ __forceinline__ uint32_t quad_codes(const uint8_t *codes, int64_t c4) {
+    return K == qkind::FP8_UE8M0 ? reinterpret_cast<const uint32_t *>(codes)[c4]
+                                 : uint32_t(reinterpret_cast<const uint16_t *>(codes)[c4]);
+}
+template <qkind K>
+__device__ __forceinline__ float4 quad_values(uint32_t c, uint8_t scale) {
+    const float s = scale_value(K, scale);
+    constexpr int bits = K == qkind::FP8_UE8M0 ? 8 : 4;
+    constexpr uint32_t mask = (1u << bits) - 1;
+    return make_float4(value_of<K>(uint8_t(c & mask), s), value_of<K>(uint8_t((c >> bits) & mask), s),
+                       value_of<K>(uint8_t((c >> 2 * bits) & mask), s), value_of<K>(uint8_t((c >> 3 * bits) & mask), s));
+}
+
 // The exact values pack_quad stored for channels 4 c4 .. 4 c4 + 3 of a packed row.
 template <qkind K>
 __device__ __forceinline__ float4 unpack_quad(const uint8_t *codes, const uint8_t *scales, int64_t c4, int lanes) {
-    const float s = scale_value(K, scales[c4 / lanes]);
-    constexpr int bits = K == qkind::FP8_UE8M0 ? 8 : 4;
-    constexpr uint32_t mask = (1u << bits) - 1;
-    const uint32_t c = K == qkind::FP8_UE8M0 ? reinterpret_cast<const uint32_t *>(codes)[c4]
-                                             : uint32_t(reinterpret_cast<const uint16_t *>(codes)[c4]);
-    return make_float4(value_of<K>(uint8_t(c & mask), s), value_of<K>(uint8_t((c >> bits) & mask), s),
-                       value_of<K>(uint8_t((c >> 2 * bits) & mask), s), value_of<K>(uint8_t((c >> 3 * bits) & mask), s));
+    return quad_values<K>(quad_codes<K>(codes, c4), scales[c4 / lanes]);
 }
 
 }  // namespace ds41rt::backend::cuda::dev

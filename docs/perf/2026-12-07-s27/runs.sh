@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Session 27's device runs (from the repository root on the device machine, with build/dev.tar.xz
+# from tools/device/bundle.sh carried along; build/dev/ds41rt-s26 is 4ae113a's ds41rt, before the
+# page pools, for an A/B on the same card).
+#   runs.sh check: the page pools' and packed keys' GPU tests (attention, indexer, key lists, cache
+#     records), every engine test, and the engine tests again with DS41RT_PACKED_KV=1.
+#   runs.sh decode: V4.1 C1 / C16 decode, fp32 against packed window KV and entries, and the
+#     s26 binary (fp32 index keys, no pages); the C1 bench.md of each to the console.
+#   runs.sh report LAYERS: the full bench (decode C1 / C4 / C16, prefill 1K..32K) of V4.1 and V4.
+# Outputs under $O; everything ends up in $O/../all.tar.gz (a device call returns few files).
+set -o pipefail
+export COMMIT=${COMMIT:-unknown} NCCL_NVLS_ENABLE=0
+O=${O:-/tmp/o}
+mkdir -p $O
+NCCL=$(python3 -c 'import nvidia.nccl,os;print(os.path.join(list(nvidia.nccl.__path__)[0],"lib"))' 2>/dev/null)
+mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+L=${LAYERS:-$([ "${mem_mib:-0}" -ge 100000 ] && echo 16 || echo 8)}
+CUBLAS=$(dirname "$(find /usr/local /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)" 2>/dev/null)
+LIBS=build/dev/lib:$NCCL:$CUBLAS
+[ -e /work/main/tests/fixtures ] || { mkdir -p /work/main/tests; ln -s "$PWD/tests/fixtures" /work/main/tests/fixtures; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+bench() {  # NAME BINARY MODEL ENV... -- ARGS...
+  local name=$1 bin=$2 model=$3; shift 3
+  local envs=(); while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
+  env "${envs[@]}" LD_LIBRARY_PATH=$LIBS timeout 280 build/dev/$bin bench --model-type $model --layers "$L" \
+    --commit "$COMMIT-$name" --out "$O/bench-$name" "$@" > "$O/bench-$name.log" 2>&1
+  echo "== $name ($model, $L layers): rc $?"
+  grep -E '^bench: (decode C|C1 reads|prefill)' "$O/bench-$name.log"
+}
+case "${1:-check}" in
+check)
+  LD_LIBRARY_PATH=$LIBS timeout 120 build/dev/ds41rt_cuda_tests --gtest_filter='CudaAttention*:CudaIndexer*:CudaKeyList*:CudaCachePack*' > $O/tests.log 2>&1
+  grep -E '^\[  (PASSED|FAILED)|^\[  FAILED|paged' $O/tests.log | grep -v '\[ time \]' | head -30
+  LD_LIBRARY_PATH=$LIBS timeout 200 build/dev/ds41rt_cuda_engine_tests > $O/engine-tests.log 2>&1
+  grep -E '^\[  (PASSED|FAILED)|^\[  FAILED|packed kv|fp32 index' $O/engine-tests.log | head -30
+  DS41RT_PACKED_KV=1 LD_LIBRARY_PATH=$LIBS timeout 120 build/dev/ds41rt_cuda_engine_tests --gtest_filter='V41/*' > $O/engine-tests-packed.log 2>&1
+  grep -E '^\[  (PASSED|FAILED)|^\[  FAILED' $O/engine-tests-packed.log | head -30
+  ;;
+decode)
+  bench c1 ds41rt v41 X=1 -- --concurrency 1,16 --prefill ''
+  bench c1-packed ds41rt v41 DS41RT_PACKED_KV=1 -- --concurrency 1,16 --prefill ''
+  bench c1-s26 ds41rt-s26 v41 X=1 -- --concurrency 1,16 --prefill ''
+  for n in c1 c1-packed; do echo "---- $n"; sed -n '/^| section/,/^$/p;/^| product/,/^$/p' $O/bench-$n/bench.md | head -60; done
+  ;;
+report)
+  bench v41 ds41rt v41 X=1 -- --concurrency 1,4,16
+  bench v4 ds41rt v4 X=1 -- --concurrency 1,4,16
+  for n in v41 v4; do echo "---- $n"; sed -n '/^| concurrency/,/^$/p;/^| section/,/^$/p' $O/bench-$n/bench.md; done
+  ;;
+esac
