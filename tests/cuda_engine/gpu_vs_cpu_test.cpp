@@ -204,9 +204,9 @@ TEST_P(GpuVsCpu, OfficialPrefillWithDenseGemms) {
 }
 
 // The index keys stored as fp32 rows (DS41RT_PACKED_INDEX_KEYS=0; by default FP4 records wherever
-// index_head_dim is whole blocks of 32: the V4.1 QAT fixture's 32-channel keys, while the others'
-// 40 and V4's keys keep fp32 rows), so both stores meet the CPU on that fixture: the same bits
-// either way, since every key is FP4-quantized before it is stored.
+// index_head_dim is whole blocks of 32: the V4.1 QAT fixture's 32-channel keys and V4's 128, while
+// the other V4.1 fixtures' 40 keep fp32 rows), so both stores meet the CPU on those fixtures: the
+// same bits either way, since every key is FP4-quantized before it is stored.
 TEST_P(GpuVsCpu, OfficialPrefillWithFp32IndexKeys) {
     if (GetParam().mode != engine::numerics::OFFICIAL) GTEST_SKIP() << "official_prefill_with runs official numerics";
     official_prefill_with(GetParam().fixture, "DS41RT_PACKED_INDEX_KEYS", "0", "fp32 index keys");

@@ -8,8 +8,9 @@
 //
 // Sequence state: the window ring of every layer, the compressors' open windows
 // (v4_compressor: the rows of windows not yet closed, pooled on the device when they close) and
-// the compressed entries / index keys live on the device (fp32 rows), the rings and the entries in
-// the engine's page_pool (a ring a page; a compressor's entries a page per PAGE_TOKENS tokens).
+// the compressed entries / index keys live on the device, the rings and the entries in the
+// engine's page_pool (a ring a page; a compressor's entries a page per PAGE_TOKENS tokens): fp32
+// rows, but for OFFICIAL's index keys, FP4 records (they are FP4-quantized there, so exactly).
 //
 // What runs on the host, on rows brought back (a synchronisation): TRANSFORMERS' index scores
 // (torch's tie order has no GPU twin; OFFICIAL's top-k and the picked entries of the attention
@@ -93,19 +94,22 @@ struct layer_dev {
 // ---- sequence state ----------------------------------------------------------------------------
 
 
-struct comp_seq {
+// One compressor's state in one sequence: the main compressor's entries are attention keys
+// (key_store, fp32 rows), the indexer's are its keys (index_key_store: under OFFICIAL, where they
+// are FP4-quantized after the Hadamard rotation, FP4 + E8M0 records, 68 bytes against 512).
+template <class Store>
+struct comp_state {
     v4_open_windows open;  // the rows of the windows not yet closed
-    key_store entries;     // normed, RoPE'd (and QAT'd under OFFICIAL) entries, fp32 rows
-    // The indexer's compressor's entries as the indexer reads them (its keys).
-    cuda::index_keys index_keys() const {
-        return cuda::index_keys::paged(entries.rows.device_table(), entries.rows.page_rows(), entries.rows.pitch(), false);
-    }
+    Store entries;         // normed, RoPE'd (and QAT'd under OFFICIAL) entries
 };
+using comp_seq = comp_state<key_store>;
+using icomp_seq = comp_state<index_key_store>;
 
 struct seq_dev {
     int64_t len = 0;
     std::vector<window_ring> ring;      // per layer, made by the sequence's first step (rings())
-    std::vector<comp_seq> comp, icomp;  // per layer (used where ratio > 0 / CSA)
+    std::vector<comp_seq> comp;    // per layer (used where ratio > 0)
+    std::vector<icomp_seq> icomp;  // per layer (used where CSA)
 };
 
 // One sequence's indexer picks for the rows of a step: on the device (OFFICIAL: [n, k] and
@@ -125,6 +129,7 @@ public:
           prof_(profile), products_(profile) {
         m_->set_product_timer(&products_);
         if (const char *e = std::getenv("DS41RT_DEVICE_KEY_LISTS")) device_key_lists_ = std::string(e) != "0";
+        if (const char *e = std::getenv("DS41RT_PACKED_INDEX_KEYS")) packed_keys_ = std::string(e) != "0";
     }
     // The sequences' device state is freed on the model's stream, which must outlive it.
     ~v4_gpu() override { clear_sequences(); }
@@ -271,7 +276,8 @@ public:
         for (int l = 0; l < c_.n_layers; l++) {
             const int64_t page_rows = std::max<int64_t>(1, PAGE_TOKENS / std::max(1, c_.ratio(l)));
             s.comp[size_t(l)].entries = key_store(pages_.get(), c_.head_dim, cuda::key_format::F32, page_rows);
-            s.icomp[size_t(l)].entries = key_store(pages_.get(), c_.index_head_dim, cuda::key_format::F32, page_rows);
+            s.icomp[size_t(l)].entries = index_key_store(pages_.get(), c_.index_head_dim,
+                                                         official_ && packed_keys_ && c_.index_head_dim % 32 == 0, page_rows);
         }
         return s;
     }
@@ -313,13 +319,14 @@ private:
     // at position w*m and, OFFICIAL, the main compressor's FP8 QAT of its nope dims or the
     // indexer's Hadamard + FP4 QAT (`rotate`); each joins its sequence's entries.
     // cs[i]: sequence i's compressor state.
-    Status compress(const compressor_dev &cw, const std::vector<comp_seq *> &cs, const step_rows &B, const float *x,
+    template <class Store>
+    Status compress(const compressor_dev &cw, const std::vector<comp_state<Store> *> &cs, const step_rows &B, const float *x,
                     int64_t d, int ratio, bool overlap, bool rotate) const {
         const int64_t S = B.rows, cd = (overlap ? 2 : 1) * d;
         dtemp kv = m_->temp_f32(S * cd), gate = m_->temp_f32(S * cd);
         DS41RT_RETURN_IF_ERROR(m_->run_linears({{&cw.wkv, x, kv.f()}, {&cw.wgate, x, gate.f()}}, S, lin::F32));
         std::vector<v4_open_windows *> open;
-        for (comp_seq *c : cs) open.push_back(&c->open);
+        for (comp_state<Store> *c : cs) open.push_back(&c->open);
         v4_compressor_shape shape;
         shape.d = d;
         shape.ratio = ratio;
@@ -403,7 +410,7 @@ private:
             ip.head_scale = 1.0f / std::sqrt(float(ih));
             ip.official = official_;
             float *sc = scores_d.f() + score_off[i];
-            DS41RT_RETURN_IF_ERROR(cuda::index_scores(q.f() + o * ih * ihd, B.seq[i]->icomp[size_t(layer)].index_keys(),
+            DS41RT_RETURN_IF_ERROR(cuda::index_scores(q.f() + o * ih * ihd, B.seq[i]->icomp[size_t(layer)].entries.keys(),
                                                       w.f() + o * ih, ip, sc, st()));
             if (official_)
                 DS41RT_RETURN_IF_ERROR(cuda::topk_lower_index(sc, n, T[i], T[i], int(k[i]), idx.as<int32_t>() + o * kmax,
@@ -468,7 +475,8 @@ private:
         dtemp pick_idx, pick_cnt;
         if (ratio > 0) {
             begin("attn.compress+index");
-            std::vector<comp_seq *> mains, indexes;
+            std::vector<comp_seq *> mains;
+            std::vector<icomp_seq *> indexes;
             for (seq_dev *sq : B.seq) {
                 mains.push_back(&sq->comp[size_t(layer)]);
                 indexes.push_back(&sq->icomp[size_t(layer)]);
@@ -707,6 +715,7 @@ private:
     const model::model_config &c_;
     bool official_;
     bool device_key_lists_ = true;  // as v41_gpu's (DS41RT_DEVICE_KEY_LISTS=0: host-built windows)
+    bool packed_keys_ = true;       // as v41_gpu's (DS41RT_PACKED_INDEX_KEYS=0: fp32 index keys)
     const uint16_t *embed_ = nullptr;
     dlinear head_;
     const float *norm_ = nullptr, *hc_head_fn_ = nullptr, *inv_main_ = nullptr, *inv_compress_ = nullptr;
