@@ -4,9 +4,10 @@
 //
 // Weights are the checkpoint's stored bytes (device_model); sequence state lives on the device,
 // in the engine's page_pool: the window ring of every layer (a page), and per KV source the
-// compressed entries and the index keys (paged_rows: a page per PAGE_TOKENS tokens; fp32 rows,
-// or with DS41RT_PACKED_KV=1 the rings as FP8 records and the entries as FP4 records where the
-// model quantizes them; the index keys as FP4 records, DS41RT_PACKED_INDEX_KEYS=0 fp32 rows), and
+// compressed entries and the index keys (paged_rows: a page per PAGE_TOKENS tokens), packed as
+// the model quantizes them (the rings FP8 records, the entries and index keys FP4 records, where
+// the head dims are whole blocks of the formats'; else fp32 rows; DS41RT_PACKED_KV=0 /
+// DS41RT_PACKED_INDEX_KEYS=0 keep fp32 rows), and
 // the open compression group (a growing buffer of at most a group's rows). Activations are
 // stream-ordered temporaries.
 //
@@ -162,7 +163,7 @@ public:
         if (const char *e = std::getenv("DS41RT_BATCHED_SELECT")) batched_select_ = std::string(e) != "0";
         if (const char *e = std::getenv("DS41RT_DEVICE_KEY_LISTS")) device_key_lists_ = std::string(e) != "0";
         if (const char *e = std::getenv("DS41RT_PACKED_INDEX_KEYS")) packed_keys_ = std::string(e) != "0";
-        if (const char *e = std::getenv("DS41RT_PACKED_KV")) packed_kv_ = std::string(e) == "1";
+        if (const char *e = std::getenv("DS41RT_PACKED_KV")) packed_kv_ = std::string(e) != "0";
         if (layout_.any_remote()) remote_ = std::make_unique<experts::remote_experts>(layout_, c_.dim);
 #ifdef DS41RT_HAVE_NCCL
         bool any_nccl = false;
@@ -1088,11 +1089,12 @@ private:
     // kernel stages them a word at a time (H100, session 27: 72 us for one row over 65536 keys,
     // 83 for fp32 keys in session 24).
     bool packed_keys_ = true;
-    // The window rings and the compressed entries stored as packed records (new_state) with
-    // DS41RT_PACKED_KV=1: the same bits (GpuVsCpu.PackedKvGivesTheBitsOfFp32Rows, H100 session
-    // 27), but off by default while attention decodes the records slower than it reads fp32 rows
-    // (C1 2.32 -> 2.50 ms a step at 8 layers, H100 session 27).
-    bool packed_kv_ = false;
+    // The window rings and the compressed entries stored as packed records (rings(), new_state;
+    // DS41RT_PACKED_KV=0: fp32 rows, for comparing): the same bits
+    // (GpuVsCpu.PackedKvGivesTheBitsOfFp32Rows), 3.9x / 7.1x less memory, and attention decodes
+    // them as it stages them: a C1 step at a 128-token context 2.6% slower than over fp32 rows
+    // (2.34 -> 2.40 ms at 8 layers, H100 session 27), where the records save little reading.
+    bool packed_kv_ = true;
     const uint16_t *embed_ = nullptr;
     dlinear head_;
     const float *norm_ = nullptr, *inv_main_ = nullptr, *inv_compress_ = nullptr;
