@@ -9,6 +9,14 @@ namespace ds41rt::engine::gpu {
 
 namespace cuda = backend::cuda;
 
+namespace {
+// n fp32 values into rows of fp32 records, on the model's stream.
+Status copy_f32(const device_model &m, uint8_t *dst, const float *src, int64_t n) {
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, size_t(n) * sizeof(float), cudaMemcpyDeviceToDevice, m.stream()));
+    return Status::ok();
+}
+}  // namespace
+
 Status paged_rows::append(const device_model &m, int64_t n, const writer &write) {
     if (n <= 0) return Status::ok();
     if (!pool_ || pitch_ <= 0 || page_rows_ <= 0) return Status::internal("paged_rows: append to a store with no pool");
@@ -48,9 +56,7 @@ Status key_store::append(const device_model &m, const float *src, int64_t n) {
         const float *x = src + first * width;
         switch (fmt) {
         case cuda::key_format::F32:
-            DS41RT_CUDA_RETURN_IF_ERROR(
-                cudaMemcpyAsync(dst, x, size_t(count * width) * sizeof(float), cudaMemcpyDeviceToDevice, m.stream()));
-            return Status::ok();
+            return copy_f32(m, dst, x, count * width);
         case cuda::key_format::FP8_UE8M0_32:
             return cuda::pack_fp8_ue8m0(x, count, width, width, 32, cuda::fp8_records(dst, width), m.stream());
         case cuda::key_format::FP4_E4M3_16:
@@ -75,11 +81,7 @@ cuda::index_keys index_key_store::keys() const {
 Status index_key_store::append(const device_model &m, const float *src, int64_t n) {
     return rows.append(m, n, [&](int64_t first, int64_t count, uint8_t *dst) -> Status {
         const float *x = src + first * width;
-        if (!fp4) {
-            DS41RT_CUDA_RETURN_IF_ERROR(
-                cudaMemcpyAsync(dst, x, size_t(count * width) * sizeof(float), cudaMemcpyDeviceToDevice, m.stream()));
-            return Status::ok();
-        }
+        if (!fp4) return copy_f32(m, dst, x, count * width);
         return cuda::pack_fp4_ue8m0(x, count, width, 32, {dst, dst + width / 2, rows.pitch()}, m.stream());
     });
 }
