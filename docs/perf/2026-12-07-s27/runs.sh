@@ -54,6 +54,7 @@ ncu-decode)  # one V4.1 layer's C1 decode steps under Nsight Compute: every kern
 final)  # the defaults as landed (packed KV on): every engine test, then V4.1's full bench
   LD_LIBRARY_PATH=$LIBS timeout 200 build/dev/ds41rt_cuda_engine_tests > $O/engine-tests.log 2>&1
   grep -E '^\[  (PASSED|FAILED)|^\[  FAILED|packed kv|gpu vs cpu' $O/engine-tests.log | head -30
+  [ -n "$TESTS_ONLY" ] && exit 0
   bench v41 ds41rt v41 X=1 -- --concurrency 1,4,16
   sed -n '/^| concurrency/,/^$/p;/^| section/,/^$/p' $O/bench-v41/bench.md
   ;;
