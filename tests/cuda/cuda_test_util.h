@@ -139,27 +139,37 @@ struct device_buffer {
     template <typename T> T *as() const { return static_cast<T *>(p); }
 };
 
-// Device-to-device copy rate in bytes per second, counting bytes read plus bytes written: the
-// median of 10 copies of 1 GiB after 2 warm-ups. What the GEMVs' bandwidth is judged against.
-inline double copy_bandwidth() {
-    const size_t n = size_t(1) << 30;
-    device_buffer a(n), b(n);
-    cudaMemset(a.p, 1, n);
+// The median of `runs` event-timed calls of run() (launches on the legacy stream) after `warmups`
+// untimed ones, in milliseconds; negative if a call's completion reported an error.
+template <class Run>
+double event_median_ms(int warmups, int runs, Run run) {
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0), cudaEventCreate(&e1);
     std::vector<float> ms;
-    for (int i = 0; i < 12; i++) {
+    bool ok = true;
+    for (int i = 0; ok && i < warmups + runs; i++) {
         cudaEventRecord(e0);
-        cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice);
+        run();
         cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
+        ok = cudaEventSynchronize(e1) == cudaSuccess;
         float t = 0;
         cudaEventElapsedTime(&t, e0, e1);
-        if (i >= 2) ms.push_back(t);
+        if (i >= warmups) ms.push_back(t);
     }
     cudaEventDestroy(e0), cudaEventDestroy(e1);
+    if (!ok) return -1;
     std::sort(ms.begin(), ms.end());
-    return 2.0 * double(n) / (double(ms[ms.size() / 2]) * 1e-3);
+    return ms[ms.size() / 2];
+}
+
+// Device-to-device copy rate in bytes per second, counting bytes read plus bytes written: the
+// median of 10 copies of `bytes` (1 GiB) after 2 warm-ups. What the GEMVs' bandwidth is judged
+// against.
+inline double copy_bandwidth(size_t bytes = size_t(1) << 30) {
+    device_buffer a(bytes), b(bytes);
+    cudaMemset(a.p, 1, bytes);
+    const double ms = event_median_ms(2, 10, [&] { cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice); });
+    return 2.0 * double(bytes) / (ms * 1e-3);
 }
 
 // `copies` zeroed workspaces of `bytes` (at least 1): one per weight copy of a bandwidth run, so

@@ -36,31 +36,6 @@ float median(std::vector<float> v) {
     return v[v.size() / 2];
 }
 
-// Device-to-device copy bandwidth, counting bytes read plus bytes written.
-double copy_bandwidth() {
-    const size_t n = size_t(2) << 30;
-    void *a, *b;
-    CHECK_CUDA(cudaMalloc(&a, n));
-    CHECK_CUDA(cudaMalloc(&b, n));
-    CHECK_CUDA(cudaMemset(a, 1, n));
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    std::vector<float> ms;
-    for (int i = 0; i < 12; i++) {
-        cudaEventRecord(e0);
-        CHECK_CUDA(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice));
-        cudaEventRecord(e1);
-        CHECK_CUDA(cudaEventSynchronize(e1));
-        float t;
-        cudaEventElapsedTime(&t, e0, e1);
-        if (i >= 2) ms.push_back(t);
-    }
-    cudaFree(a);
-    cudaFree(b);
-    return 2.0 * double(n) / (median(ms) * 1e-3);
-}
-
 struct mat_spec {
     bool fp4;
     int N, K, block;
@@ -345,7 +320,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     const cuda::device_info dev = d.value();
-    const double copy_bw = copy_bandwidth();
+    const double copy_bw = testing_util::copy_bandwidth(size_t(2) << 30);  // 2 GiB copies
     if (argc > 2 && std::string(argv[2]) == "gemv-sweep") return sweep(dev, out, copy_bw);
     if (argc > 2 && std::string(argv[2]) == "grouped") return grouped_bench(dev, out);
     int driver = 0, runtime = 0;

@@ -80,23 +80,9 @@ struct setting {
 };
 
 double time_ms(const cuda::device_info &dev, const cuda::gemm_fp8_grouped_args &a, void *ws) {
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    std::vector<float> ms;
-    for (int i = 0; i < 6; i++) {
-        cudaEventRecord(e0);
-        CHECK_OK(cuda::run_gemm_fp8_grouped(dev, a, ws, nullptr));
-        cudaEventRecord(e1);
-        CHECK_CUDA(cudaEventSynchronize(e1));
-        float t;
-        cudaEventElapsedTime(&t, e0, e1);
-        if (i > 0) ms.push_back(t);
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
+    const double ms = testing_util::event_median_ms(1, 5, [&] { CHECK_OK(cuda::run_gemm_fp8_grouped(dev, a, ws, nullptr)); });
+    if (ms < 0) std::fprintf(stderr, "grouped gemm: a timed run failed\n"), std::exit(1);
+    return ms;
 }
 
 // MMA rows the kernel multiplies for a group of `rows` in tiles of tm: each tile's live 64-row halves.
