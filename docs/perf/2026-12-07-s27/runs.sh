@@ -11,16 +11,7 @@
 #   runs.sh report LAYERS: the full bench (decode C1 / C4 / C16, prefill 1K..32K) of V4.1 and V4.
 # Outputs under $O; everything ends up in $O/../all.tar.gz (a device call returns few files).
 set -o pipefail
-export COMMIT=${COMMIT:-unknown} NCCL_NVLS_ENABLE=0
-O=${O:-/tmp/o}
-mkdir -p $O
-NCCL=$(python3 -c 'import nvidia.nccl,os;print(os.path.join(list(nvidia.nccl.__path__)[0],"lib"))' 2>/dev/null)
-mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
-L=${LAYERS:-$([ "${mem_mib:-0}" -ge 100000 ] && echo 16 || echo 8)}
-CUBLAS=$(dirname "$(find /usr/local /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)" 2>/dev/null)
-LIBS=build/dev/lib:$NCCL:$CUBLAS
-[ -e /work/main/tests/fixtures ] || { mkdir -p /work/main/tests; ln -s "$PWD/tests/fixtures" /work/main/tests/fixtures; }
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+source tools/device/dev_env.sh  # COMMIT, O, L, LIBS; fixtures linked; the card printed
 bench() {  # NAME BINARY MODEL ENV... -- ARGS...
   local name=$1 bin=$2 model=$3; shift 3
   local envs=(); while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
