@@ -387,7 +387,8 @@ TEST_F(CudaAttention, RowAloneEqualsRowInBatch) {
 // attention read before the pools): bit-identical outputs in both numerics, at V4.1's shape (R 1:
 // the whole-hd score tile, which decodes while staging; R 32: the chunked tiles and the folded
 // P.V) and at hd 64 (records padded to 16 bytes: 80 and 48); lists of records only, and lists
-// mixing fp32 rows (the window) with records (the entries).
+// mixing fp32 rows (the window) with records (the entries). At hd 512 also V4's records (FP8 +
+// E8M0 per 64 with a bf16 rope tail) for every key.
 TEST_F(CudaAttention, PackedKeysGiveTheBitsOfTheirRows) {
     using cuda::key_format;
     for (const attn_case &c0 : {real_case(1, 71), real_case(32, 72), fixture_case(64)}) {
@@ -427,6 +428,35 @@ TEST_F(CudaAttention, PackedKeysGiveTheBitsOfTheirRows) {
                 ASSERT_TRUE(st.is_ok()) << st.to_string();
                 EXPECT_EQ(testing_util::bit_mismatches(d.out.download(), want, what), 0u);
             }
+        }
+        // V4's records: FP8 + E8M0 per 64 on hd - 64 channels and a bf16 rope tail, every key.
+        if (hd <= int(cuda::KEY_BF16_TAIL) || (hd - cuda::KEY_BF16_TAIL) % 64 != 0) continue;
+        const key_format f4 = key_format::FP8_UE8M0_64_BF16_TAIL;
+        const int64_t pt = cuda::key_record_bytes(f4, hd), cols = hd - cuda::KEY_BF16_TAIL;
+        dev_vec<uint8_t> t0(size_t(rows0 * pt)), t1(size_t(rows1 * pt));
+        ASSERT_TRUE(cuda::pack_fp8_ue8m0(raw0.p, rows0, hd, cols, 64, cuda::fp8_tail_records(t0.p, hd), nullptr).is_ok());
+        ASSERT_TRUE(cuda::pack_fp8_ue8m0(raw1.p, rows1, hd, cols, 64, cuda::fp8_tail_records(t1.p, hd), nullptr).is_ok());
+        ASSERT_TRUE(cuda::unpack_fp8_ue8m0(cuda::fp8_tail_records(t0.p, hd), rows0, hd, cols, 64, un0.p, nullptr).is_ok());
+        ASSERT_TRUE(cuda::unpack_fp8_ue8m0(cuda::fp8_tail_records(t1.p, hd), rows1, hd, cols, 64, un1.p, nullptr).is_ok());
+        attn_case cv4 = c0;
+        cv4.bufs[0] = un0.download(), cv4.bufs[1] = un1.download();
+        device_case dv4(cv4);
+        std::vector<const float *> ptrs(dv4.keys.n, nullptr);
+        for (size_t i = 0; i < cv4.lists.size(); i++) {
+            const key_ref k = cv4.lists[i];
+            if (k.buf >= 0) ptrs[i] = cuda::key_record((k.buf == 0 ? t0.p : t1.p) + k.row * pt, f4);
+        }
+        dev_vec<const float *> keys(ptrs);
+        for (bool official : {false, true}) {
+            const std::string what = std::string(official ? "official" : "transformers") + " R " + std::to_string(cv4.R) +
+                                     " hd " + std::to_string(hd) + " V4 records";
+            const std::vector<float> want = run_gpu(cv4, dv4, official);
+            cuda::attention_batch b = batch_of(cv4, dv4, official);
+            b.keys = keys.p;
+            dv4.out.poison();
+            const Status st = cuda::run_attention(b, nullptr);
+            ASSERT_TRUE(st.is_ok()) << st.to_string();
+            EXPECT_EQ(testing_util::bit_mismatches(dv4.out.download(), want, what), 0u);
         }
     }
 }

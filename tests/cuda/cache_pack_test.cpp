@@ -181,7 +181,7 @@ TEST_F(CudaCachePack, RecordsHoldTheDenseRowsBytes) {
             rec2.poison();
             std::vector<cuda::row_pack> jobs;
             for (int64_t i = 0; i < rows; i++) jobs.push_back({dx.p + i * hd, rec2.p + (rows - 1 - i) * pitch});
-            st = cuda::pack_fp8_records(jobs.data(), int(jobs.size()), hd, nullptr);
+            st = cuda::pack_fp8_records(jobs.data(), int(jobs.size()), hd, cuda::key_format::FP8_UE8M0_32, nullptr);
             ASSERT_TRUE(st.is_ok()) << st.to_string();
             const std::vector<uint8_t> r2 = rec2.download();
             size_t bad2 = 0;
@@ -190,7 +190,7 @@ TEST_F(CudaCachePack, RecordsHoldTheDenseRowsBytes) {
                     if (r2[size_t((rows - 1 - i) * pitch + j)] != r[size_t(i * pitch + j)] && bad2++ < 5)
                         ADD_FAILURE() << "pack_fp8_records: row " << i << " byte " << j;
             EXPECT_EQ(bad2, 0u);
-            EXPECT_FALSE(cuda::pack_fp8_records(jobs.data(), 1, 40, nullptr).is_ok());  // hd not whole blocks
+            EXPECT_FALSE(cuda::pack_fp8_records(jobs.data(), 1, 40, cuda::key_format::FP8_UE8M0_32, nullptr).is_ok());  // hd not whole blocks
         }
         // A pitch short of a row (aligned), and one that holds it but misaligns the codes.
         if (fp8) {
@@ -199,6 +199,84 @@ TEST_F(CudaCachePack, RecordsHoldTheDenseRowsBytes) {
             EXPECT_FALSE(cuda::pack_fp4_e4m3(dx.p, rows, hd, block, {rec.p, rec.p + hd / 2, 289}, nullptr).is_ok());
         }
     }
+}
+
+// V4's records (FP8 + E8M0 per 64 on the first hd - 64 channels, then the rope tail as bf16 at
+// key_tail_offset): the record's codes, scales and tail bytes equal the dense arrays' (checked
+// against the CPU by V4WindowKvFp8WithBf16RopeTail), unpacking the records gives the dense
+// unpack's bits, and pack_fp8_records writes the same records; at V4's hd 512 and the fixture's 128.
+TEST_F(CudaCachePack, V4RecordsHoldTheDenseRowsAndTailBytes) {
+    const auto fmt = cuda::key_format::FP8_UE8M0_64_BF16_TAIL;
+    for (const int64_t hd : {int64_t(512), int64_t(128)}) {
+        const int64_t rows = 70, cols = hd - cuda::KEY_BF16_TAIL, nsc = cols / 64, tw = hd - cols;
+        const int64_t pitch = cuda::key_record_bytes(fmt, hd), toff = cuda::key_tail_offset(hd);
+        if (hd == 512) EXPECT_EQ(pitch, 592);
+        ASSERT_GE(toff, cols + nsc);
+        ASSERT_EQ(toff % 8, 0);
+        const std::string what = "V4 records, hd " + std::to_string(hd);
+        std::vector<float> x = testing_util::random_normal(size_t(rows * hd), uint32_t(40 + hd));
+        cpu::fake_quant_fp8_ue8m0_cols(x.data(), rows, hd, cols, 64);  // rows as the engine stores them
+        dev_vec<float> dx(x), dense_back(x.size()), rec_back(x.size());
+        dev_vec<uint8_t> codes(size_t(rows * cols)), scales(size_t(rows * nsc)), rec(size_t(rows * pitch));
+        dev_vec<uint16_t> tail(size_t(rows * tw));
+        rec.poison(), dense_back.poison(), rec_back.poison();
+        ASSERT_TRUE(cuda::pack_fp8_ue8m0(dx.p, rows, hd, cols, 64, {codes.p, scales.p, tail.p}, nullptr).is_ok());
+        ASSERT_TRUE(cuda::unpack_fp8_ue8m0({codes.p, scales.p, tail.p}, rows, hd, cols, 64, dense_back.p, nullptr).is_ok());
+        Status st = cuda::pack_fp8_ue8m0(dx.p, rows, hd, cols, 64, cuda::fp8_tail_records(rec.p, hd), nullptr);
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        st = cuda::unpack_fp8_ue8m0(cuda::fp8_tail_records(rec.p, hd), rows, hd, cols, 64, rec_back.p, nullptr);
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        const std::vector<uint8_t> c = codes.download(), sc = scales.download(), r = rec.download();
+        const std::vector<uint16_t> t = tail.download();
+        // The record's meaningful bytes: codes, scales, the tail (2 bytes a channel, low byte first).
+        auto want_byte = [&](int64_t i, int64_t j, bool *meaningful) -> uint8_t {
+            *meaningful = true;
+            if (j < cols) return c[size_t(i * cols + j)];
+            if (j < cols + nsc) return sc[size_t(i * nsc + j - cols)];
+            if (j >= toff && j < toff + 2 * tw) {
+                const uint16_t v = t[size_t(i * tw + (j - toff) / 2)];
+                return uint8_t((j - toff) % 2 ? v >> 8 : v & 0xff);
+            }
+            *meaningful = false;
+            return 0;
+        };
+        size_t bad = 0;
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < pitch; j++) {
+                bool m = false;
+                const uint8_t want = want_byte(i, j, &m);
+                if (m && r[size_t(i * pitch + j)] != want && bad++ < 5)
+                    ADD_FAILURE() << what << ": row " << i << " byte " << j;
+            }
+        EXPECT_EQ(bad, 0u) << what;
+        EXPECT_EQ(testing_util::bit_mismatches(rec_back.download(), dense_back.download(), what + " unpacked"), 0u);
+        // pack_fp8_records, row i into record rows - 1 - i: the same records.
+        dev_vec<uint8_t> rec2(size_t(rows * pitch));
+        rec2.poison();
+        std::vector<cuda::row_pack> jobs;
+        for (int64_t i = 0; i < rows; i++) jobs.push_back({dx.p + i * hd, rec2.p + (rows - 1 - i) * pitch});
+        st = cuda::pack_fp8_records(jobs.data(), int(jobs.size()), hd, fmt, nullptr);
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        const std::vector<uint8_t> r2 = rec2.download();
+        size_t bad2 = 0;
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < pitch; j++) {
+                bool m = false;
+                (void)want_byte(i, j, &m);
+                if (m && r2[size_t((rows - 1 - i) * pitch + j)] != r[size_t(i * pitch + j)] && bad2++ < 5)
+                    ADD_FAILURE() << what << ", pack_fp8_records: row " << i << " byte " << j;
+            }
+        EXPECT_EQ(bad2, 0u) << what;
+    }
+    // hd not 64 plus whole blocks of 64; a tail that does not fit its record.
+    dev_vec<float> x(size_t(512));
+    dev_vec<uint8_t> rec(size_t(1024));
+    std::vector<cuda::row_pack> one = {{x.p, rec.p}};
+    EXPECT_FALSE(cuda::pack_fp8_records(one.data(), 1, 96, fmt, nullptr).is_ok());
+    EXPECT_FALSE(cuda::pack_fp8_records(one.data(), 1, 512, cuda::key_format::FP4_E4M3_16, nullptr).is_ok());
+    cuda::fp8_rows short_rec = cuda::fp8_tail_records(rec.p, 512);
+    short_rec.pitch = cuda::key_tail_offset(512) + 64;  // holds half the tail
+    EXPECT_FALSE(cuda::pack_fp8_ue8m0(x.p, 1, 512, 448, 64, short_rec, nullptr).is_ok());
 }
 
 TEST_F(CudaCachePack, RejectsMissingTailAndMisalignedCodes) {

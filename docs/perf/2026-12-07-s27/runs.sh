@@ -8,6 +8,7 @@
 #     s26 binary (fp32 index keys, no pages); the C1 bench.md of each to the console.
 #   runs.sh ncu-decode: one layer's C1 decode kernels under Nsight Compute (time, speed of light).
 #   runs.sh final: every engine test with the landed defaults, and V4.1's full bench.
+#   runs.sh v4packed: V4's packed KV records (built after the session's last run): tests and C1 / C16.
 #   runs.sh report LAYERS: the full bench (decode C1 / C4 / C16, prefill 1K..32K) of V4.1 and V4.
 # Outputs under $O; everything ends up in $O/../all.tar.gz (a device call returns few files).
 set -o pipefail
@@ -48,6 +49,14 @@ final)  # the defaults as landed (packed KV on): every engine test, then V4.1's 
   [ -n "$TESTS_ONLY" ] && exit 0
   bench v41 ds41rt v41 X=1 -- --concurrency 1,4,16
   sed -n '/^| concurrency/,/^$/p;/^| section/,/^$/p' $O/bench-v41/bench.md
+  ;;
+v4packed)  # for the next run: V4's packed KV records (built after run 4): tests, then C1 / C16 with and without
+  LD_LIBRARY_PATH=$LIBS timeout 100 build/dev/ds41rt_cuda_tests --gtest_filter='CudaCachePack*:CudaAttention.Packed*' > $O/v4p-tests.log 2>&1
+  grep -E '^\[  (PASSED|FAILED)|^\[  FAILED' $O/v4p-tests.log | head -20
+  DS41RT_PACKED_KV=1 LD_LIBRARY_PATH=$LIBS timeout 120 build/dev/ds41rt_cuda_engine_tests --gtest_filter='V4/*' > $O/v4p-engine.log 2>&1
+  grep -E '^\[  (PASSED|FAILED)|^\[  FAILED|packed kv' $O/v4p-engine.log | head -20
+  bench v4-c1 ds41rt v4 X=1 -- --concurrency 1,16 --prefill ''
+  bench v4-c1-packed ds41rt v4 DS41RT_PACKED_KV=1 -- --concurrency 1,16 --prefill ''
   ;;
 report)
   bench v41 ds41rt v41 X=1 -- --concurrency 1,4,16

@@ -94,11 +94,24 @@ __device__ __forceinline__ const uint8_t *key_bytes(const float *p) {
 // record by cache_pack's own unpack halves (the same bits). (A decode at the load, not inlined to
 // spare the fp32 path's registers, left a thread's packed loads one after another: attention
 // over FP8 window rows made a C1 step 8% slower, H100 session 27.)
+// FP8_UE8M0_64_BF16_TAIL (V4's): channels from hd - 64 on are the record's bf16 tail, fetched as
+// their 8 bytes (.x, .y) and marked in .z. Out of line: inline, its registers spilled the chunked
+// scores kernel (8 bytes, ptxas), where the other formats spill none.
+__device__ __noinline__ float4 fetch_tail_key4(const uint8_t *rec, int d, int hd) {
+    const int cols = hd - int(KEY_BF16_TAIL);
+    if (d >= cols) {
+        const uint2 t = *reinterpret_cast<const uint2 *>(rec + key_tail_offset(hd) + 2 * (d - cols));
+        return make_float4(__uint_as_float(t.x), __uint_as_float(t.y), 1.0f, 0.0f);
+    }
+    return make_float4(__uint_as_float(dev::quad_codes<dev::qkind::FP8_UE8M0>(rec, d / 4)),
+                       __uint_as_float(rec[cols + d / 64]), 0.0f, 0.0f);
+}
 __device__ __forceinline__ float4 fetch_key4(const float *p, int d, int hd) {
     using dev::qkind;
     const uint32_t tag = key_tag(p);
     if (tag == uint32_t(key_format::F32)) return load4(p + d);
     const uint8_t *rec = key_bytes(p);
+    if (tag == uint32_t(key_format::FP8_UE8M0_64_BF16_TAIL)) return fetch_tail_key4(rec, d, hd);
     const bool fp8 = tag == uint32_t(key_format::FP8_UE8M0_32);
     const uint32_t code = fp8 ? dev::quad_codes<qkind::FP8_UE8M0>(rec, d / 4) : dev::quad_codes<qkind::FP4_E4M3>(rec, d / 4);
     const uint32_t scale = rec[fp8 ? hd + d / 32 : hd / 2 + d / 16];
@@ -107,9 +120,14 @@ __device__ __forceinline__ float4 fetch_key4(const float *p, int d, int hd) {
 __device__ __forceinline__ float4 packed_decode4(float4 f, uint32_t tag) {
     using dev::qkind;
     const uint32_t code = __float_as_uint(f.x);
+    if (tag == uint32_t(key_format::FP8_UE8M0_64_BF16_TAIL) && f.z != 0.0f) {
+        const uint32_t hi = __float_as_uint(f.y);
+        return make_float4(dev::bf16_value(uint16_t(code & 0xffffu)), dev::bf16_value(uint16_t(code >> 16)),
+                           dev::bf16_value(uint16_t(hi & 0xffffu)), dev::bf16_value(uint16_t(hi >> 16)));
+    }
     const uint8_t scale = uint8_t(__float_as_uint(f.y));
-    return tag == uint32_t(key_format::FP8_UE8M0_32) ? dev::quad_values<qkind::FP8_UE8M0>(code, scale)
-                                                     : dev::quad_values<qkind::FP4_E4M3>(code, scale);
+    return tag == uint32_t(key_format::FP4_E4M3_16) ? dev::quad_values<qkind::FP4_E4M3>(code, scale)
+                                                    : dev::quad_values<qkind::FP8_UE8M0>(code, scale);
 }
 // The decode is not inlined: inlined into the P.V kernel's unrolled stash it spilled 316 bytes
 // (ptxas), where the fp32 path spills none.
@@ -323,22 +341,20 @@ __global__ void __launch_bounds__(32 * NWM * NWN)
     cp_async_wait<0>();
     __syncthreads();
     if (C <= 32 * MAXQ) {
-        using dev::qkind;
         for (int row = HS + warp; row < HS + KS; row += NW) {
             const float *src = kp[row - HS];
             const uint32_t tag = src ? key_tag(src) : 0u;
             if (tag == 0) continue;
             float *dst = smem_f + row * P;
-            const bool fp8 = tag == uint32_t(key_format::FP8_UE8M0_32);
-            const uint8_t *raw = reinterpret_cast<const uint8_t *>(dst + P) - key_record_bytes(key_format(tag), hd);
+            // The record's copy, tagged as its key: read by the same fetch and decode as in global memory.
+            const float *raw = key_record(reinterpret_cast<const uint8_t *>(dst + P) - key_record_bytes(key_format(tag), hd),
+                                          key_format(tag));
             float4 v[MAXQ];
 #pragma unroll
             for (int k = 0; k < MAXQ; k++) {
                 const int c = lane + 32 * k;
                 v[k] = zero4();
-                if (c < C && 4 * c < hd)
-                    v[k] = fp8 ? dev::unpack_quad<qkind::FP8_UE8M0>(raw, raw + hd, c, 8)
-                               : dev::unpack_quad<qkind::FP4_E4M3>(raw, raw + hd / 2, c, 4);
+                if (c < C && 4 * c < hd) v[k] = packed_decode4(fetch_key4(raw, 4 * c, hd), tag);
             }
             __syncwarp();
 #pragma unroll

@@ -43,30 +43,39 @@ __global__ void unpack_kernel(const uint8_t *codes, const uint8_t *scales, int64
 }
 
 // pack_fp8_records: block y packs row y of the batch; thread t its channels 4t .. 4t + 3 (the
-// block's threads a whole number of warps, so every lane joins block_amax's shuffles). Bytes: 4 hd
-// read, hd + hd / 32 written per row: launch-latency bound at decode sizes.
+// block's threads a whole number of warps, so every lane joins block_amax's shuffles; the FP8
+// channels cols are whole blocks, so no block's lanes mix with the tail's). Bytes: 4 hd read, cols
+// + cols / block + 2 (hd - cols) written per row: launch-latency bound at decode sizes.
 struct pack_batch {
     row_pack r[PACK_BATCH];
 };
-__global__ void pack_records_kernel(const __grid_constant__ pack_batch b, int64_t hd) {
+__global__ void pack_records_kernel(const __grid_constant__ pack_batch b, int64_t hd, int64_t cols, int lanes,
+                                    int64_t tail_off) {
     const row_pack &j = b.r[blockIdx.x];
     const int64_t c4 = threadIdx.x;
     const bool live = c4 < hd / 4;
     const float4 v = live ? reinterpret_cast<const float4 *>(j.src)[c4] : make_float4(0, 0, 0, 0);
-    const float amax = dev::block_amax(v, 8);
+    const float amax = dev::block_amax(v, lanes);
     if (!live) return;
-    dev::pack_quad<qkind::FP8_UE8M0>(v, amax, c4, 8, j.dst, j.dst + hd);
+    if (4 * c4 < cols) {
+        dev::pack_quad<qkind::FP8_UE8M0>(v, amax, c4, lanes, j.dst, j.dst + cols);
+    } else {
+        uint16_t *t = reinterpret_cast<uint16_t *>(j.dst + tail_off) + (4 * c4 - cols);
+        t[0] = dev::bf16_bits(v.x), t[1] = dev::bf16_bits(v.y), t[2] = dev::bf16_bits(v.z), t[3] = dev::bf16_bits(v.w);
+    }
 }
 
-// The channels after cols: bf16 bits. Bytes: rows * (stride - cols) * 6.
-__global__ void tail_kernel(const float *x, uint16_t *tail, int64_t rows, int64_t stride, int64_t cols, bool pack,
-                            float *out) {
+// The channels after cols: bf16 bits, [rows, stride - cols] or, in records, pitch bytes a row.
+// Bytes: rows * (stride - cols) * 6.
+__global__ void tail_kernel(const float *x, uint16_t *tail, int64_t rows, int64_t stride, int64_t cols, int64_t pitch,
+                            bool pack, float *out) {
     const int64_t w = stride - cols;
     const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= rows * w) return;
     const int64_t r = t / w, c = t % w;
-    if (pack) tail[t] = dev::bf16_bits(x[r * stride + cols + c]);
-    else out[r * stride + cols + c] = dev::bf16_value(tail[t]);
+    uint16_t *at = pitch ? reinterpret_cast<uint16_t *>(reinterpret_cast<uint8_t *>(tail) + r * pitch) + c : tail + t;
+    if (pack) *at = dev::bf16_bits(x[r * stride + cols + c]);
+    else out[r * stride + cols + c] = dev::bf16_value(*at);
 }
 
 Status check_codes(const char *op, const void *codes, const void *scales, int64_t rows, int64_t cols, size_t align) {
@@ -121,22 +130,38 @@ Status unpack(const char *op, const uint8_t *codes, const uint8_t *scales, int64
     return Status::ok();
 }
 
-Status tail(const char *op, const float *x, uint16_t *t, int64_t rows, int64_t stride, int64_t cols, bool packing,
-            float *out, cudaStream_t stream) {
+// The tail array's place: present when stride > cols; in a record, after the codes and scales and
+// inside the pitch.
+Status check_tail(const char *op, const fp8_rows &r, int64_t rows, int64_t stride, int64_t cols, int64_t block) {
+    if (rows == 0 || stride == cols) return Status::ok();
+    if (!r.tail) return Status::invalid_argument(std::string(op) + ": stride > cols needs a tail array");
+    const int64_t off = reinterpret_cast<const uint8_t *>(r.tail) - r.codes;
+    if (r.pitch && (reinterpret_cast<uintptr_t>(r.tail) % 2 || off < cols + (block > 0 ? cols / block : 0) || off + 2 * (stride - cols) > r.pitch))
+        return Status::invalid_argument(std::string(op) + ": the tail at byte " + std::to_string(off) + " of a " +
+                                        std::to_string(r.pitch) + "-byte record does not fit after the codes");
+    return Status::ok();
+}
+
+Status tail(const float *x, uint16_t *t, int64_t rows, int64_t stride, int64_t cols, int64_t pitch, bool packing, float *out,
+            cudaStream_t stream) {
     const int64_t n = rows * (stride - cols);
     if (n == 0) return Status::ok();
-    if (!t) return Status::invalid_argument(std::string(op) + ": stride > cols needs a tail array");
-    tail_kernel<<<blocks_for(n), THREADS, 0, stream>>>(x, t, rows, stride, cols, packing, out);
+    tail_kernel<<<blocks_for(n), THREADS, 0, stream>>>(x, t, rows, stride, cols, pitch, packing, out);
     DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::ok();
 }
 
 }  // namespace
 
-Status pack_fp8_records(const row_pack *rows, int count, int64_t hd, cudaStream_t stream) {
+Status pack_fp8_records(const row_pack *rows, int count, int64_t hd, key_format fmt, cudaStream_t stream) {
     if (count == 0) return Status::ok();
-    if (hd <= 0 || hd % 32 != 0 || hd > 4096)
-        return Status::invalid_argument("pack_fp8_records: hd must be a multiple of 32 up to 4096, got " + std::to_string(hd));
+    const bool tailed = fmt == key_format::FP8_UE8M0_64_BF16_TAIL;
+    if (!tailed && fmt != key_format::FP8_UE8M0_32)
+        return Status::invalid_argument("pack_fp8_records: not an FP8 record format");
+    if (hd <= 0 || hd > 4096 || (tailed ? hd <= KEY_BF16_TAIL || (hd - KEY_BF16_TAIL) % 64 != 0 : hd % 32 != 0))
+        return Status::invalid_argument("pack_fp8_records: hd must be a multiple of 32 up to 4096 (a multiple of 64 above "
+                                        "64 with the bf16 tail), got " + std::to_string(hd));
+    const int64_t cols = tailed ? hd - KEY_BF16_TAIL : hd;
     if (count < 0 || (count > 0 && !rows)) return Status::invalid_argument("pack_fp8_records: bad row list");
     for (int i0 = 0; i0 < count; i0 += PACK_BATCH) {
         pack_batch b{};
@@ -148,7 +173,8 @@ Status pack_fp8_records(const row_pack *rows, int count, int64_t hd, cudaStream_
                                                 " has a null or misaligned pointer");
             b.r[i] = r;
         }
-        pack_records_kernel<<<unsigned(k), unsigned((hd / 4 + 31) / 32 * 32), 0, stream>>>(b, hd);
+        pack_records_kernel<<<unsigned(k), unsigned((hd / 4 + 31) / 32 * 32), 0, stream>>>(b, hd, cols, tailed ? 16 : 8,
+                                                                                           key_tail_offset(hd));
         DS41RT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     }
     return Status::ok();
@@ -156,16 +182,16 @@ Status pack_fp8_records(const row_pack *rows, int count, int64_t hd, cudaStream_
 
 Status pack_fp8_ue8m0(const float *x, int64_t rows, int64_t stride, int64_t cols, int64_t block, fp8_rows out,
                       cudaStream_t stream) {
-    if (stride > cols && rows > 0 && !out.tail) return Status::invalid_argument("pack_fp8_ue8m0: stride > cols needs a tail array");
+    DS41RT_RETURN_IF_ERROR(check_tail("pack_fp8_ue8m0", out, rows, stride, cols, block));
     DS41RT_RETURN_IF_ERROR(pack<qkind::FP8_UE8M0>("pack_fp8_ue8m0", x, rows, stride, cols, block, out.codes, out.scales, out.pitch, stream));
-    return tail("pack_fp8_ue8m0", x, out.tail, rows, stride, cols, true, nullptr, stream);
+    return tail(x, out.tail, rows, stride, cols, out.pitch, true, nullptr, stream);
 }
 
 Status unpack_fp8_ue8m0(fp8_rows in, int64_t rows, int64_t stride, int64_t cols, int64_t block, float *x,
                         cudaStream_t stream) {
-    if (stride > cols && rows > 0 && !in.tail) return Status::invalid_argument("unpack_fp8_ue8m0: stride > cols needs a tail array");
+    DS41RT_RETURN_IF_ERROR(check_tail("unpack_fp8_ue8m0", in, rows, stride, cols, block));
     DS41RT_RETURN_IF_ERROR(unpack<qkind::FP8_UE8M0>("unpack_fp8_ue8m0", in.codes, in.scales, rows, stride, cols, block, in.pitch, x, stream));
-    return tail("unpack_fp8_ue8m0", nullptr, in.tail, rows, stride, cols, false, x, stream);
+    return tail(nullptr, in.tail, rows, stride, cols, in.pitch, false, x, stream);
 }
 
 Status pack_fp4_ue8m0(const float *x, int64_t rows, int64_t dim, int64_t block, fp4_rows out, cudaStream_t stream) {

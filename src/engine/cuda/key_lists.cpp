@@ -123,19 +123,22 @@ Status make_rings(std::vector<window_ring> &rings, page_pool &pool, int n_layers
 Status store_windows(const device_model &m, const std::vector<window_store> &stores, int64_t W, int64_t hd) {
     std::vector<backend::cuda::float_copy> copies;
     std::vector<backend::cuda::row_pack> packs;
+    backend::cuda::key_format fmt = backend::cuda::key_format::F32;  // the packed rings' (one per step)
+    for (const window_store &w : stores)
+        if (w.ring->fmt != backend::cuda::key_format::F32) fmt = w.ring->fmt;
     for (const window_store &w : stores)
         for (int64_t s = std::max<int64_t>(0, w.n - W); s < w.n; s++) {
             const int64_t p = w.p0 + s;
             if (w.ring->fmt == backend::cuda::key_format::F32)
                 copies.push_back({w.chunk + s * hd, reinterpret_cast<float *>(w.ring->rows.get()) + (p % W) * hd, hd});
-            else if (w.ring->fmt == backend::cuda::key_format::FP8_UE8M0_32)
+            else if (w.ring->fmt == fmt)
                 packs.push_back({w.chunk + s * hd, w.ring->rows.get() + (p % W) * w.ring->ref(hd).pitch});
             else
-                return Status::internal("store_windows: a window ring of FP4 records");
+                return Status::internal("store_windows: window rings of two packed formats in one step");
             w.ring->pos[size_t(p % W)] = p;
         }
     DS41RT_RETURN_IF_ERROR(backend::cuda::copy_floats(copies.data(), int(copies.size()), m.stream()));
-    return backend::cuda::pack_fp8_records(packs.data(), int(packs.size()), hd, m.stream());
+    return backend::cuda::pack_fp8_records(packs.data(), int(packs.size()), hd, fmt, m.stream());
 }
 
 }  // namespace ds41rt::engine::gpu

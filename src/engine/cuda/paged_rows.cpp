@@ -61,6 +61,9 @@ Status key_store::append(const device_model &m, const float *src, int64_t n) {
             return cuda::pack_fp8_ue8m0(x, count, width, width, 32, cuda::fp8_records(dst, width), m.stream());
         case cuda::key_format::FP4_E4M3_16:
             return cuda::pack_fp4_e4m3(x, count, width, 16, cuda::fp4_records(dst, width), m.stream());
+        case cuda::key_format::FP8_UE8M0_64_BF16_TAIL:
+            return cuda::pack_fp8_ue8m0(x, count, width, width - cuda::KEY_BF16_TAIL, 64, cuda::fp8_tail_records(dst, width),
+                                        m.stream());
         }
         return Status::internal("key_store: unknown format");
     });

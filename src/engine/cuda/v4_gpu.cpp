@@ -10,7 +10,8 @@
 // (v4_compressor: the rows of windows not yet closed, pooled on the device when they close) and
 // the compressed entries / index keys live on the device, the rings and the entries in the
 // engine's page_pool (a ring a page; a compressor's entries a page per PAGE_TOKENS tokens): fp32
-// rows, but for OFFICIAL's index keys, FP4 records (they are FP4-quantized there, so exactly).
+// rows, but for OFFICIAL's index keys, FP4 records (they are FP4-quantized there, so exactly),
+// and with DS41RT_PACKED_KV=1 OFFICIAL's window rows and entries as FP8 + bf16-tail records.
 //
 // What runs on the host, on rows brought back (a synchronisation): TRANSFORMERS' index scores
 // (torch's tie order has no GPU twin; OFFICIAL's top-k and the picked entries of the attention
@@ -130,6 +131,7 @@ public:
         m_->set_product_timer(&products_);
         if (const char *e = std::getenv("DS41RT_DEVICE_KEY_LISTS")) device_key_lists_ = std::string(e) != "0";
         if (const char *e = std::getenv("DS41RT_PACKED_INDEX_KEYS")) packed_keys_ = std::string(e) != "0";
+        if (const char *e = std::getenv("DS41RT_PACKED_KV")) packed_kv_ = std::string(e) == "1";
     }
     // The sequences' device state is freed on the model's stream, which must outlive it.
     ~v4_gpu() override { clear_sequences(); }
@@ -275,7 +277,7 @@ public:
         s.icomp.resize(size_t(c_.n_layers));
         for (int l = 0; l < c_.n_layers; l++) {
             const int64_t page_rows = std::max<int64_t>(1, PAGE_TOKENS / std::max(1, c_.ratio(l)));
-            s.comp[size_t(l)].entries = key_store(pages_.get(), c_.head_dim, cuda::key_format::F32, page_rows);
+            s.comp[size_t(l)].entries = key_store(pages_.get(), c_.head_dim, kv_format(), page_rows);
             s.icomp[size_t(l)].entries = index_key_store(pages_.get(), c_.index_head_dim,
                                                          official_ && packed_keys_ && c_.index_head_dim % 32 == 0, page_rows);
         }
@@ -634,7 +636,7 @@ private:
         const int64_t S = B.rows, D = c_.dim, V = c_.vocab_size;
         const int hc = c_.hc_mult;
         for (seq_dev *sq : B.seq)
-            DS41RT_RETURN_IF_ERROR(make_rings(sq->ring, *pages_, c_.n_layers, c_.window, c_.head_dim, cuda::key_format::F32));
+            DS41RT_RETURN_IF_ERROR(make_rings(sq->ring, *pages_, c_.n_layers, c_.window, c_.head_dim, kv_format()));
         step_frame frame(*m_, bucket_for(S), S);
         const step_bufs &b = frame.bufs();
 
@@ -716,6 +718,22 @@ private:
     bool official_;
     bool device_key_lists_ = true;  // as v41_gpu's (DS41RT_DEVICE_KEY_LISTS=0: host-built windows)
     bool packed_keys_ = true;       // as v41_gpu's (DS41RT_PACKED_INDEX_KEYS=0: fp32 index keys)
+    // The window rings and the main compressors' entries as FP8 + E8M0 per 64 records with a bf16
+    // rope tail (kv_format) with DS41RT_PACKED_KV=1. Off by default until a GPU run has shown it
+    // (built in session 27 after its last device run; GpuVsCpu.PackedKvGivesTheBitsOfFp32Rows
+    // covers V4's official numerics).
+    bool packed_kv_ = false;
+
+    // OFFICIAL's window rows and entries are FP8-quantized per 64 on all but the rope dims after
+    // RoPE has rounded every channel to bf16, so this record holds them exactly; TRANSFORMERS
+    // keeps them unquantized (fp32 rows).
+    cuda::key_format kv_format() const {
+        const int64_t hd = c_.head_dim;
+        return official_ && packed_kv_ && c_.rope_head_dim == cuda::KEY_BF16_TAIL && hd > cuda::KEY_BF16_TAIL &&
+                       (hd - cuda::KEY_BF16_TAIL) % KV_QAT_BLOCK == 0 && KV_QAT_BLOCK == 64
+                   ? cuda::key_format::FP8_UE8M0_64_BF16_TAIL
+                   : cuda::key_format::F32;
+    }
     const uint16_t *embed_ = nullptr;
     dlinear head_;
     const float *norm_ = nullptr, *hc_head_fn_ = nullptr, *inv_main_ = nullptr, *inv_compress_ = nullptr;
