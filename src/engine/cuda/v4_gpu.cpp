@@ -131,7 +131,7 @@ public:
         m_->set_product_timer(&products_);
         if (const char *e = std::getenv("DS41RT_DEVICE_KEY_LISTS")) device_key_lists_ = std::string(e) != "0";
         if (const char *e = std::getenv("DS41RT_PACKED_INDEX_KEYS")) packed_keys_ = std::string(e) != "0";
-        if (const char *e = std::getenv("DS41RT_PACKED_KV")) packed_kv_ = std::string(e) == "1";
+        if (const char *e = std::getenv("DS41RT_PACKED_KV")) packed_kv_ = std::string(e) != "0";
     }
     // The sequences' device state is freed on the model's stream, which must outlive it.
     ~v4_gpu() override { clear_sequences(); }
@@ -719,10 +719,11 @@ private:
     bool device_key_lists_ = true;  // as v41_gpu's (DS41RT_DEVICE_KEY_LISTS=0: host-built windows)
     bool packed_keys_ = true;       // as v41_gpu's (DS41RT_PACKED_INDEX_KEYS=0: fp32 index keys)
     // The window rings and the main compressors' entries as FP8 + E8M0 per 64 records with a bf16
-    // rope tail (kv_format) with DS41RT_PACKED_KV=1. Off by default until a GPU run has shown it
-    // (built in session 27 after its last device run; GpuVsCpu.PackedKvGivesTheBitsOfFp32Rows
-    // covers V4's official numerics).
-    bool packed_kv_ = false;
+    // rope tail (kv_format), 592 bytes a row against 2048 (DS41RT_PACKED_KV=0: fp32 rows, for
+    // comparing). The same logits (GpuVsCpu.PackedKvGivesTheBitsOfFp32Rows: 300 prompt positions
+    // + 16 decode steps, 0 differ, H100 session 28); C1 at a 128-token context 2.44 -> 2.54 ms
+    // (8 layers, H100), the price of decoding records, for 3.5x the context a pool holds.
+    bool packed_kv_ = true;
 
     // OFFICIAL's window rows and entries are FP8-quantized per 64 on all but the rope dims after
     // RoPE has rounded every channel to bf16, so this record holds them exactly; TRANSFORMERS
