@@ -12,6 +12,8 @@
 #   runs.sh quick: the fused kernel's tests, V4.1 C1 with and without it, its stall reasons.
 #   runs.sh fp8ring: the FP8 one-token ring (branch fp8-one-ring) against main's ds41rt bundled as
 #     build/dev/ds41rt-main: GEMV / MoE / dense tests, every engine test, V4.1 C1 twice each way.
+#   runs.sh sweep: the GEMV launch tuning (DS41RT_GEMV_WAVES / _FP4_WAVES / _MIN_KB /
+#     _BLOCKS_PER_SM) in the whole V4.1 C1 / C4 step; not run yet.
 #   runs.sh report: the full bench (decode C1 / C4 / C16, prefill 1K..32K) of V4.1 and V4.
 # Outputs under $O; everything ends up in $O/../all.tar.gz (a device call returns few files).
 set -o pipefail
@@ -78,6 +80,13 @@ fp8ring)  # session 20's fp8-one-ring.patch (FP8 one-token GEMVs take x, its sca
     bench v41-main$i ds41rt-main v41 X=1 -- --concurrency 1 --prefill ''
   done
   for n in v41-ring1 v41-main1; do echo "---- $n"; grep -E 'fp8 gemv' $O/bench-$n/bench.md | head -8; done
+  ;;
+sweep)  # for the next session: the GEMVs' launch tuning in the whole V4.1 C1 / C4 step (gemv_default_tuning's environment)
+  bench v41-default ds41rt v41 X=1 -- --concurrency 1,4 --prefill ''
+  for w in 0.5 0.75 1.5; do bench v41-waves$w ds41rt v41 DS41RT_GEMV_WAVES=$w -- --concurrency 1,4 --prefill ''; done
+  for w in 1.5 3; do bench v41-fp4waves$w ds41rt v41 DS41RT_GEMV_FP4_WAVES=$w -- --concurrency 1,4 --prefill ''; done
+  bench v41-minkb4 ds41rt v41 DS41RT_GEMV_MIN_KB=4 -- --concurrency 1,4 --prefill ''
+  bench v41-walk4 ds41rt v41 DS41RT_GEMV_BLOCKS_PER_SM=4 -- --concurrency 1,4 --prefill ''
   ;;
 report)
   bench v41 ds41rt v41 X=1 -- --concurrency 1,4,16

@@ -83,8 +83,10 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/pdl.cuh"
@@ -100,6 +102,31 @@ bool gemv_detail::one_token_instance(bool fp4) {
         return v == "0" ? 0 : v == "fp4" ? 1 : 2;
     }();
     return mode == 2 || (mode == 1 && fp4);
+}
+
+const gemv_tuning &gemv_default_tuning() {
+    static const gemv_tuning t = [] {
+        gemv_tuning d;
+        // A value that does not parse is reported and left at the default; one that parses but is
+        // out of range reaches plan_gemv, which refuses it by name.
+        auto read = [](const char *name, auto &field) {
+            const char *e = std::getenv(name);
+            if (!e || !*e) return;
+            char *end = nullptr;
+            const double v = std::strtod(e, &end);
+            if (end == e || *end) {
+                std::fprintf(stderr, "ds41rt: %s=%s ignored: not a number\n", name, e);
+                return;
+            }
+            field = static_cast<std::remove_reference_t<decltype(field)>>(v);
+        };
+        read("DS41RT_GEMV_WAVES", d.waves);
+        read("DS41RT_GEMV_FP4_WAVES", d.fp4_waves);
+        read("DS41RT_GEMV_MIN_KB", d.min_kb);
+        read("DS41RT_GEMV_BLOCKS_PER_SM", d.blocks_per_sm);
+        return d;
+    }();
+    return t;
 }
 
 namespace {
@@ -204,7 +231,9 @@ int resident_blocks_per_sm(const gemv_tuning &t, int group, int nt) {
 // Workspace layout: [tile counters][split-K partials][split x, one per distinct x].
 Result<gemv_plan> plan_gemv(const device_info &dev, const std::vector<gemv_matrix> &mats, const gemv_tuning &tuning) {
     if (!(tuning.waves > 0.0f) || !(tuning.fp4_waves > 0.0f) || tuning.min_kb < 1 || tuning.blocks_per_sm < 0)
-        return Status::invalid_argument("gemv tuning: waves > 0, fp4_waves > 0, min_kb >= 1 and blocks_per_sm >= 0 required");
+        return Status::invalid_argument(
+            "gemv tuning: waves > 0, fp4_waves > 0, min_kb >= 1 and blocks_per_sm >= 0 required (DS41RT_GEMV_WAVES, "
+            "DS41RT_GEMV_FP4_WAVES, DS41RT_GEMV_MIN_KB, DS41RT_GEMV_BLOCKS_PER_SM set them for the default tuning)");
     gemv_plan plan;
     plan.tuning = tuning;
     plan.max_blocks = tuning.blocks_per_sm > 0 ? dev.sm_count * tuning.blocks_per_sm : 0;

@@ -50,8 +50,12 @@ struct gemv_matrix {
     bool round_bf16_out = false;
 };
 
-// Launch-shape tunables (ds41rt_cuda_bench gemv-sweep measures them at the decode shapes). The
-// member initializers are the kept default; changing one of them is the whole switch.
+// Launch-shape tunables (ds41rt_cuda_bench gemv-sweep measures them at the decode shapes, one
+// launch at a time). The member initializers are the kept default; changing one of them is the
+// whole switch. For measuring a whole decode step, gemv_default_tuning() is them with
+// DS41RT_GEMV_WAVES, DS41RT_GEMV_FP4_WAVES, DS41RT_GEMV_MIN_KB and DS41RT_GEMV_BLOCKS_PER_SM
+// applied (read once a process): the tuning of every plan that takes the default, the routed
+// experts' and run_moe_decode's K slicing included (so they still give the same bits).
 struct gemv_tuning {
     float waves = 1.0f;     // split K so the launch has this many waves of resident warps' items
     int min_kb = 8;         // thinnest K slice, in 32-k blocks (4 = one 128-byte FP8 stage)
@@ -86,9 +90,12 @@ struct gemv_plan {
     size_t workspace_bytes = 0;
 };
 
+const gemv_tuning &gemv_default_tuning();
+
 // The K slicing depends on the tuning, the device and the whole batch (fixed per plan, so a
 // replayed plan gives the same bits every time).
-Result<gemv_plan> plan_gemv(const device_info &dev, const std::vector<gemv_matrix> &mats, const gemv_tuning &tuning = {});
+Result<gemv_plan> plan_gemv(const device_info &dev, const std::vector<gemv_matrix> &mats,
+                            const gemv_tuning &tuning = gemv_default_tuning());
 
 // workspace: workspace_bytes of device memory, zeroed once when allocated (the kernel leaves its
 // tile counters at zero again after every run, so replays need no memset).

@@ -751,7 +751,7 @@ Status device_model::run_gemv_pieces(const std::vector<cuda::gemv_matrix> &piece
     constexpr size_t MATS = 24;
     for (size_t j0 = 0; j0 < pieces.size(); j0 += MATS) {
         const std::vector<cuda::gemv_matrix> mats(pieces.begin() + j0, pieces.begin() + std::min(pieces.size(), j0 + MATS));
-        cuda::gemv_tuning tuning;
+        cuda::gemv_tuning tuning = cuda::gemv_default_tuning();
         tuning.counters_reserve = GEMV_COUNTERS_RESERVE;
         auto plan = cuda::plan_gemv(dev_, mats, tuning);
         if (!plan) return plan.status();
