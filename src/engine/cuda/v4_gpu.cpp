@@ -11,7 +11,7 @@
 // the compressed entries / index keys live on the device, the rings and the entries in the
 // engine's page_pool (a ring a page; a compressor's entries a page per PAGE_TOKENS tokens): fp32
 // rows, but for OFFICIAL's index keys, FP4 records (they are FP4-quantized there, so exactly),
-// and with DS41RT_PACKED_KV=1 OFFICIAL's window rows and entries as FP8 + bf16-tail records.
+// and OFFICIAL's window rows and entries as FP8 + bf16-tail records (DS41RT_PACKED_KV=0: fp32).
 //
 // What runs on the host, on rows brought back (a synchronisation): TRANSFORMERS' index scores
 // (torch's tie order has no GPU twin; OFFICIAL's top-k and the picked entries of the attention
