@@ -391,6 +391,21 @@ TEST_F(CudaAttention, RowAloneEqualsRowInBatch) {
 // E8M0 per 64 with a bf16 rope tail) for every key.
 TEST_F(CudaAttention, PackedKeysGiveTheBitsOfTheirRows) {
     using cuda::key_format;
+    // Attention over `keys` (records standing in for case c's rows) against run_gpu over d's
+    // fp32 rows, both numerics: the same bits.
+    auto same_bits = [&](const attn_case &c, device_case &d, const dev_vec<const float *> &keys, const std::string &label) {
+        for (bool official : {false, true}) {
+            const std::string what = std::string(official ? "official" : "transformers") + " R " + std::to_string(c.R) +
+                                     " hd " + std::to_string(c.hd) + label;
+            const std::vector<float> want = run_gpu(c, d, official);
+            cuda::attention_batch b = batch_of(c, d, official);
+            b.keys = keys.p;
+            d.out.poison();
+            const Status st = cuda::run_attention(b, nullptr);
+            ASSERT_TRUE(st.is_ok()) << st.to_string();
+            EXPECT_EQ(testing_util::bit_mismatches(d.out.download(), want, what), 0u);
+        }
+    };
     for (const attn_case &c0 : {real_case(1, 71), real_case(32, 72), fixture_case(64)}) {
         const int hd = c0.hd, rows0 = int(c0.bufs[0].size()) / hd, rows1 = int(c0.bufs[1].size()) / hd;
         const int64_t p8 = cuda::key_record_bytes(key_format::FP8_UE8M0_32, hd);
@@ -417,17 +432,7 @@ TEST_F(CudaAttention, PackedKeysGiveTheBitsOfTheirRows) {
                     ASSERT_LT(k.buf, 0) << "these cases use two key buffers";
             }
             dev_vec<const float *> keys(ptrs);
-            for (bool official : {false, true}) {
-                const std::string what = std::string(official ? "official" : "transformers") + " R " + std::to_string(c.R) +
-                                         " hd " + std::to_string(hd) + (window_packed ? " all packed" : " entries packed");
-                const std::vector<float> want = run_gpu(c, d, official);
-                cuda::attention_batch b = batch_of(c, d, official);
-                b.keys = keys.p;
-                d.out.poison();
-                const Status st = cuda::run_attention(b, nullptr);
-                ASSERT_TRUE(st.is_ok()) << st.to_string();
-                EXPECT_EQ(testing_util::bit_mismatches(d.out.download(), want, what), 0u);
-            }
+            same_bits(c, d, keys, window_packed ? " all packed" : " entries packed");
         }
         // V4's records: FP8 + E8M0 per 64 on hd - 64 channels and a bf16 rope tail, every key.
         if (hd <= int(cuda::KEY_BF16_TAIL) || (hd - cuda::KEY_BF16_TAIL) % 64 != 0) continue;
@@ -447,17 +452,7 @@ TEST_F(CudaAttention, PackedKeysGiveTheBitsOfTheirRows) {
             if (k.buf >= 0) ptrs[i] = cuda::key_record((k.buf == 0 ? t0.p : t1.p) + k.row * pt, f4);
         }
         dev_vec<const float *> keys(ptrs);
-        for (bool official : {false, true}) {
-            const std::string what = std::string(official ? "official" : "transformers") + " R " + std::to_string(cv4.R) +
-                                     " hd " + std::to_string(hd) + " V4 records";
-            const std::vector<float> want = run_gpu(cv4, dv4, official);
-            cuda::attention_batch b = batch_of(cv4, dv4, official);
-            b.keys = keys.p;
-            dv4.out.poison();
-            const Status st = cuda::run_attention(b, nullptr);
-            ASSERT_TRUE(st.is_ok()) << st.to_string();
-            EXPECT_EQ(testing_util::bit_mismatches(dv4.out.download(), want, what), 0u);
-        }
+        same_bits(cv4, dv4, keys, " V4 records");
     }
 }
 

@@ -5,6 +5,8 @@
 #   L     layers to bench: $LAYERS, else 16 on a card of 100 GB or more, 8 below
 #   LIBS  LD_LIBRARY_PATH for build/dev's binaries: the bundle's libraries, the NCCL wheel's and
 #         the toolkit's cuBLASLt (loaded at run time by ds41rt bench)
+# and defines bench NAME BINARY MODEL [ENV=VALUE...] -- [ARGS...]: build/dev/BINARY bench of MODEL
+# at $L dummy layers with ENV set, into $O/bench-NAME (and .log); prints its summary lines.
 export COMMIT=${COMMIT:-unknown} NCCL_NVLS_ENABLE=0
 O=${O:-/tmp/o}
 mkdir -p "$O"
@@ -15,3 +17,11 @@ L=${LAYERS:-$([ "${mem_mib:-0}" -ge 100000 ] && echo 16 || echo 8)}
 CUBLAS=$(dirname "$(find /usr/local /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)" 2>/dev/null)
 LIBS=build/dev/lib:$NCCL:$CUBLAS
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+bench() {
+  local name=$1 bin=$2 model=$3; shift 3
+  local envs=(); while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
+  env "${envs[@]}" LD_LIBRARY_PATH=$LIBS timeout 280 build/dev/$bin bench --model-type $model --layers "$L" \
+    --commit "$COMMIT-$name" --out "$O/bench-$name" "$@" > "$O/bench-$name.log" 2>&1
+  echo "== $name ($model, $L layers): rc $?"
+  grep -E '^bench: (decode C|C1 reads|prefill)' "$O/bench-$name.log" | grep -v 'steps, ms'
+}

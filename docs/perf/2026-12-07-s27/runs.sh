@@ -12,15 +12,7 @@
 #   runs.sh report LAYERS: the full bench (decode C1 / C4 / C16, prefill 1K..32K) of V4.1 and V4.
 # Outputs under $O; everything ends up in $O/../all.tar.gz (a device call returns few files).
 set -o pipefail
-source tools/device/dev_env.sh  # COMMIT, O, L, LIBS; fixtures linked; the card printed
-bench() {  # NAME BINARY MODEL ENV... -- ARGS...
-  local name=$1 bin=$2 model=$3; shift 3
-  local envs=(); while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
-  env "${envs[@]}" LD_LIBRARY_PATH=$LIBS timeout 280 build/dev/$bin bench --model-type $model --layers "$L" \
-    --commit "$COMMIT-$name" --out "$O/bench-$name" "$@" > "$O/bench-$name.log" 2>&1
-  echo "== $name ($model, $L layers): rc $?"
-  grep -E '^bench: (decode C|C1 reads|prefill)' "$O/bench-$name.log"
-}
+source tools/device/dev_env.sh  # COMMIT, O, L, LIBS, bench(); fixtures linked; the card printed
 case "${1:-check}" in
 check)
   LD_LIBRARY_PATH=$LIBS timeout 120 build/dev/ds41rt_cuda_tests --gtest_filter='CudaAttention*:CudaIndexer*:CudaKeyList*:CudaCachePack*' > $O/tests.log 2>&1

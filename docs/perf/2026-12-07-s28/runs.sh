@@ -11,21 +11,14 @@
 #     (DS41RT_ROUTED_FUSED=0), then the routed kernels of one layer under Nsight Compute.
 #   runs.sh quick: the fused kernel's tests, V4.1 C1 with and without it, its stall reasons.
 #   runs.sh fp8ring: the FP8 one-token ring (branch fp8-one-ring) against main's ds41rt bundled as
-#     build/dev/ds41rt-main: GEMV / MoE / dense tests, every engine test, V4.1 C1 twice each way.
+#     build/dev/ds41rt-main: GEMV / MoE / dense tests and the packed-key attention test (its two
+#     loops made one helper after run 1, not yet run since), every engine test, V4.1 C1 twice each way.
 #   runs.sh sweep: the GEMV launch tuning (DS41RT_GEMV_WAVES / _FP4_WAVES / _MIN_KB /
 #     _BLOCKS_PER_SM) in the whole V4.1 C1 / C4 step; not run yet.
 #   runs.sh report: the full bench (decode C1 / C4 / C16, prefill 1K..32K) of V4.1 and V4.
 # Outputs under $O; everything ends up in $O/../all.tar.gz (a device call returns few files).
 set -o pipefail
-source tools/device/dev_env.sh  # COMMIT, O, L, LIBS; fixtures linked; the card printed
-bench() {  # NAME BINARY MODEL ENV... -- ARGS...
-  local name=$1 bin=$2 model=$3; shift 3
-  local envs=(); while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
-  env "${envs[@]}" LD_LIBRARY_PATH=$LIBS timeout 280 build/dev/$bin bench --model-type $model --layers "$L" \
-    --commit "$COMMIT-$name" --out "$O/bench-$name" "$@" > "$O/bench-$name.log" 2>&1
-  echo "== $name ($model, $L layers): rc $?"
-  grep -E '^bench: (decode C|C1 reads|prefill)' "$O/bench-$name.log" | grep -v 'steps, ms'
-}
+source tools/device/dev_env.sh  # COMMIT, O, L, LIBS, bench(); fixtures linked; the card printed
 case "${1:-check}" in
 ncu-routed)
   LD_LIBRARY_PATH=$LIBS timeout 240 /usr/local/cuda/bin/ncu --clock-control none --kernel-name-base demangled \
@@ -71,7 +64,7 @@ quick)  # the fused kernel against the separate launches: its tests, V4.1 C1, an
   echo "== ncu fused: rc $?"; grep -E 'Duration|DRAM Throughput|Warp Cycles Per Issued|Eligible Warps|stalled|sample_count|Est. Speedup|spends' $O/ncu-fused.txt | head -40
   ;;
 fp8ring)  # session 20's fp8-one-ring.patch (FP8 one-token GEMVs take x, its scales and the weight-scale word through the ring) against main (build/dev/ds41rt-main)
-  LD_LIBRARY_PATH=$LIBS timeout 200 build/dev/ds41rt_cuda_tests --gtest_filter='Gemv*:MoeRouted*:MoeDecode*:Dense*' > $O/tests.log 2>&1
+  LD_LIBRARY_PATH=$LIBS timeout 200 build/dev/ds41rt_cuda_tests --gtest_filter='Gemv*:MoeRouted*:MoeDecode*:Dense*:CudaAttention.Packed*' > $O/tests.log 2>&1
   echo "== cuda tests: rc $?"; grep -E '^\[  (PASSED|FAILED)|^\[  FAILED' $O/tests.log
   LD_LIBRARY_PATH=$LIBS timeout 240 build/dev/ds41rt_cuda_engine_tests > $O/engine-tests.log 2>&1
   echo "== engine tests: rc $?"; grep -E '^\[  (PASSED|FAILED)|^\[  FAILED' $O/engine-tests.log | head
