@@ -15,6 +15,8 @@
 #     loops made one helper after run 1, not yet run since), every engine test, V4.1 C1 twice each way.
 #   runs.sh sweep: the GEMV launch tuning (DS41RT_GEMV_WAVES / _FP4_WAVES / _MIN_KB /
 #     _BLOCKS_PER_SM) in the whole V4.1 C1 / C4 step; not run yet.
+#   runs.sh ncu-all: every kernel of a one-layer C1 step under Nsight Compute (the launch chain,
+#     each launch's time); not run yet.
 #   runs.sh report: the full bench (decode C1 / C4 / C16, prefill 1K..32K) of V4.1 and V4.
 # Outputs under $O; everything ends up in $O/../all.tar.gz (a device call returns few files).
 set -o pipefail
@@ -80,6 +82,14 @@ sweep)  # for the next session: the GEMVs' launch tuning in the whole V4.1 C1 / 
   for w in 1.5 3; do bench v41-fp4waves$w ds41rt v41 DS41RT_GEMV_FP4_WAVES=$w -- --concurrency 1,4 --prefill ''; done
   bench v41-minkb4 ds41rt v41 DS41RT_GEMV_MIN_KB=4 -- --concurrency 1,4 --prefill ''
   bench v41-walk4 ds41rt v41 DS41RT_GEMV_BLOCKS_PER_SM=4 -- --concurrency 1,4 --prefill ''
+  ;;
+ncu-all)  # every kernel of one layer's C1 decode step (no name filter), time and speed of light: the launch chain
+  LD_LIBRARY_PATH=$LIBS timeout 200 /usr/local/cuda/bin/ncu --clock-control none --kernel-name-base demangled \
+    --launch-skip 400 --launch-count 80 --section SpeedOfLight \
+    build/dev/ds41rt bench --model-type v41 --layers 1 --concurrency 1 --prefill '' --decode-steps 8 --out $O/ncu-bench \
+    > $O/ncu-all.txt 2>&1
+  echo "== ncu-all: rc $?"
+  awk '/^  [a-zA-Z_:<>]/{n=$0; sub(/\(.*/, "", n)} /Duration/{print $3, n}' $O/ncu-all.txt | head -90
   ;;
 report)
   bench v41 ds41rt v41 X=1 -- --concurrency 1,4,16
