@@ -44,16 +44,26 @@ constexpr int SMEM_BYTES = WARPS * STAGES * STAGE_BYTES;
 // stall at V4.1 C1 (ncu source view: 33% of the warp samples, long scoreboard, on the byte
 // permutes right after x's loads); through the ring six experts' w1 + w3 took 37.4 us against 45.1
 // and the C1 step's median 3.94 / 3.92 ms against 4.05 / 4.06 (H200, 2026-12-02, session 20 runs 1
-// and 3). FP8's one-token items keep loading x from global memory: through their rows' padding
-// the same way the step did not move (3.93 / 3.92 ms) and wo_b alone lost 0.7 us.
+// and 3). FP8's one-token items take x and its scales the same way, in their rows' padding, and
+// the word of their tile's weight-scale row that holds the stage's scales after them, so their
+// stage loop has no global load left either (ncu, H100, session 28 run 1: the FP8 one-token
+// GEMVs stalled 61% of their cycles on long scoreboard). x alone through the ring had not moved
+// the step (H200 session 20: 3.93 / 3.92 ms; wo_b alone lost 0.7 us): the weight-scale loads
+// stayed behind the stage wait.
+template <bool FP4>
 struct one_x {
-    static constexpr int PAD = PITCH_FP4 - CHUNK, KPS = CHUNK / 16;
-    static constexpr int PIECES = KPS * 32 / 16;                        // 16-byte copies of a stage's x
-    static constexpr int SX_OFF = FP4_SCALE_OFF + 16 * FP4_SCALES;      // after the weight scales
+    static constexpr int PITCH = FP4 ? PITCH_FP4 : PITCH_FP8, PAD = PITCH - CHUNK, KPS = CHUNK / (FP4 ? 16 : 32);
+    static constexpr int PIECES = KPS * 32 / 16;  // 16-byte copies of a stage's x
+    static constexpr int X_ROWS = KPS * 32 / PAD;  // padding rows the x takes
+    // Activation scales: MXFP4 after the weight scales; FP8 in the next padding row, then the
+    // tile's weight-scale word (FP8 only: MXFP4's weight scales ride in the ring already).
+    static constexpr int SX_OFF = FP4 ? FP4_SCALE_OFF + 16 * FP4_SCALES : X_ROWS * PITCH + CHUNK;
+    static constexpr int WS_OFF = (X_ROWS + 1) * PITCH + CHUNK;
     // Byte b of the stage's x: row b / PAD's padding.
-    __host__ __device__ static constexpr int at(int b) { return (b / PAD) * PITCH_FP4 + CHUNK + b % PAD; }
-    static_assert(PAD == 16 && PIECES == 16 && PIECES + KPS <= 32, "a stage's x fills the rows' padding; one copy a lane");
+    __host__ __device__ static constexpr int at(int b) { return (b / PAD) * PITCH + CHUNK + b % PAD; }
+    static_assert(32 % PAD == 0 && PIECES + KPS + 1 <= 32, "a k block's x spans whole padding rows; one copy a lane");
     static_assert(SX_OFF % 16 == 0 && SX_OFF + 4 * KPS <= STAGE_BYTES, "the scales fit in the stage, 16-byte aligned");
+    static_assert(FP4 || X_ROWS + 2 <= 16, "FP8: x, its scales and the weight-scale word in the rows' padding");
 };
 constexpr int SX_TOKENS = 16;  // official mode: per-token activation scales, [K / 32][16]
 constexpr int X8_BYTES = 1;    // official mode's split x per channel: the E4M3 byte
@@ -357,7 +367,7 @@ bool one_token_instance(bool fp4);
 template <bool FP4, bool X8, int NT, bool L2HINT = false, bool ONE = false>
 __device__ __forceinline__ void gemv_item(const job &J, int local) {
     static_assert(!ONE || (NT == 1 && X8), "one token is one token tile; ONE instances are official only");
-    constexpr bool XR = ONE && FP4;  // x through the ring (one_x)
+    constexpr bool XR = ONE;  // x (and FP8's weight scales) through the ring (one_x)
     constexpr int KB_BYTES = FP4 ? 16 : 32, KPS = CHUNK / KB_BYTES, PITCH = FP4 ? PITCH_FP4 : PITCH_FP8;
     const int lane = threadIdx.x & 31;
     const int N = J.N, K = J.K, M = J.M, nkb = K / 32;
@@ -385,8 +395,14 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
     // MXFP4 scale rows ride in the ring when every stage's 4-byte pieces are aligned (K % 128 ==
     // 0, all real shapes); otherwise they are read from global memory per k block.
     const bool ring_scales = FP4 && nkb % 4 == 0;
-    // XR: x's copies of stage s (one per lane, lanes past PIECES + KPS idle).
-    using OX = one_x;
+    // XR: x's copies of stage s (one per lane, lanes past PIECES + KPS (+ 1) idle). FP8 also
+    // copies the 4-byte word of its tile's weight-scale row holding the stage's scales (scols % 4
+    // == 0 and a 4-byte aligned row, i.e. K % 128 == 0: all real shapes; otherwise they are read
+    // from global memory per k block as before).
+    using OX = one_x<FP4>;
+    const uint8_t *ws_row = FP4 ? nullptr : J.scale + size_t(tile >> J.row_block_shift) * J.scols;
+    const bool ring_ws = XR && !FP4 && J.scols % 4 == 0 && (reinterpret_cast<uintptr_t>(J.scale) & 3u) == 0;
+    auto ws_word = [&](int kbs) { return (kbs >> J.sshift) & ~3; };  // the word's first scale index
     auto issue_x = [&](int s) {
         if constexpr (XR) {
             if (s < nstage) {
@@ -400,6 +416,8 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
                     const int u = lane - OX::PIECES;
                     const bool ok = kbs + u < kb1;
                     cp_async4(stage + OX::SX_OFF + 4 * u, J.sx + size_t(ok ? kbs + u : 0) * SX_TOKENS, ok ? 4 : 0);
+                } else if (!FP4 && lane == OX::PIECES + KPS && ring_ws) {
+                    cp_async4(stage + OX::WS_OFF, ws_row + ws_word(kbs), 4);
                 }
             }
         }
@@ -460,7 +478,7 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
     // products are never stored, and a column's sums read only its own x).
     auto ring_x = [&](const uint8_t *st, int u, float sxu) {
         x8_operands<NT> o{};
-        o.x[0] = *reinterpret_cast<const uint2 *>(st + x_at + (u * 32 / OX::PAD) * PITCH_FP4);
+        o.x[0] = *reinterpret_cast<const uint2 *>(st + x_at + (u * 32 / OX::PAD) * OX::PITCH);
         o.sx[0] = make_float2(sxu, 0.0f);
         return o;
     };
@@ -510,7 +528,8 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
 #pragma unroll
             for (int g0 = 0; g0 < KPS; g0 += 4) {
                 float sa[4], sb[4];
-                const bool early = !(FP4 && ring_scales);  // scales from the ring wait for the stage
+                // Scales from the ring wait for the stage (MXFP4's rows, XR FP8's tile word).
+                const bool early = !(FP4 && ring_scales) && !ring_ws;
                 if (early)
 #pragma unroll
                     for (int u = 0; u < 4; u++) scale_of(kb + g0 + u, sa[u], sb[u]);
@@ -522,7 +541,14 @@ __device__ __forceinline__ void gemv_item(const job &J, int local) {
 #pragma unroll
                     for (int u = 0; u < 4; u++) o[u] = load_x<NT>(xl, kb + g0 + u);
                 if (g0 == 0) stage_wait(s);
-                if (!early) ring_scales4(g0, sa, sb);
+                if (FP4 && !early) ring_scales4(g0, sa, sb);
+                if (!FP4 && ring_ws) {
+                    const uint32_t w = *reinterpret_cast<const uint32_t *>(st + OX::WS_OFF);
+                    const int w0 = ws_word(kb);
+#pragma unroll
+                    for (int u = 0; u < 4; u++)
+                        sa[u] = sb[u] = dev::e8m0_value((w >> (8 * (((kb + g0 + u) >> J.sshift) - w0))) & 0xffu);
+                }
                 if constexpr (XR) {
                     const float4 sx4 = *reinterpret_cast<const float4 *>(st + OX::SX_OFF + 4 * g0);
                     o[0] = ring_x(st, g0, sx4.x), o[1] = ring_x(st, g0 + 1, sx4.y);
