@@ -16,5 +16,13 @@ done
 for lib in $(ldd "$B/ds41rt" | awk '/=>/ {print $3}' | grep -v -E 'lib(c|m|stdc\+\+|nccl)\.so|ld-linux'); do
   cp -L "$lib" "$B/dev/lib/"
 done
+# The kernel tracer (kernel_trace.cpp: the decode graph's timeline, for want of Nsight Systems
+# there) and the CUPTI it links, when this machine's toolkit has CUPTI.
+CUDA=${CUDA_HOME:-/usr/local/cuda}
+if [ -e "$CUDA/include/cupti.h" ]; then
+  g++ -O2 -shared -fPIC -I"$CUDA/include" "$(dirname "$0")/kernel_trace.cpp" -L"$CUDA/lib64" -lcupti \
+    -Wl,-rpath,'$ORIGIN' -o "$B/dev/lib/libkernel_trace.so"
+  cp -L "$CUDA/lib64/libcupti.so.13" "$B/dev/lib/"
+fi
 XZ_OPT="-9 -T1" tar -C "$B" -cJf "$B/dev.tar.xz" dev  # one thread: -9's 64 MB window finds the binaries' shared bytes
 du -sh "$B/dev" "$B/dev.tar.xz"
