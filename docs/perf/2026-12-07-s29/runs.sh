@@ -10,6 +10,8 @@
 #     and each alone (ncu): the launch chain with each launch's time.
 #   runs.sh trace: the C1 step as its graph runs it (tools/device/kernel_trace.cpp, a CUPTI
 #     timeline): each kernel's cost in the step, gaps and PDL overlaps included.
+#   runs.sh prefetch: weights into L2 ahead of their GEMV (l2_prefetch): its tests, every engine
+#     test with it on, V4.1 C1 over prefetch budgets and sites.
 #   runs.sh report: the full bench (decode C1 / C4 / C16, prefill 1K..32K) of V4.1 and V4.
 # Outputs under $O; everything ends up in $O/../all.tar.gz (a device call returns few files).
 set -o pipefail
@@ -61,6 +63,15 @@ trace)  # the V4.1 (then V4) C1 step as its graph runs it: kernel_trace.cpp's CU
     python3 tools/device/trace_table.py $O/trace-$m.csv --sequence 80 > $O/trace-$m.txt 2>&1; echo "== trace $m: rc $?"
     head -60 $O/trace-$m.txt
   done
+  ;;
+prefetch)  # weights into L2 ahead of their GEMV (DS41RT_L2_PREFETCH_MB / _SITES): its tests, every
+  # engine test with it on, V4.1 C1 over budgets and sites
+  LD_LIBRARY_PATH=$LIBS timeout 100 build/dev/ds41rt_cuda_tests --gtest_filter='CudaL2Prefetch*' > $O/l2-tests.log 2>&1
+  echo "== l2 prefetch tests: rc $?"; grep -E '^\[  (PASSED|FAILED)|^\[  FAILED|Failure|bad' $O/l2-tests.log | head
+  DS41RT_L2_PREFETCH_MB=32 LD_LIBRARY_PATH=$LIBS timeout 200 build/dev/ds41rt_cuda_engine_tests > $O/engine-tests-l2.log 2>&1
+  echo "== engine tests, prefetch 32 MB: rc $?"; grep -E '^\[  (PASSED|FAILED)|^\[  FAILED' $O/engine-tests-l2.log | head
+  for mb in ${BUDGETS:-0 16 32 48}; do bench v41-l2-$mb ds41rt v41 DS41RT_L2_PREFETCH_MB=$mb -- --concurrency 1 --prefill ''; done
+  for st in 1 2; do bench v41-l2-32-sites$st ds41rt v41 DS41RT_L2_PREFETCH_MB=32 DS41RT_L2_PREFETCH_SITES=$st -- --concurrency 1 --prefill ''; done
   ;;
 report)
   bench v41 ds41rt v41 X=1 -- --concurrency 1,4,16

@@ -671,6 +671,7 @@ private:
         const int64_t H = c_.n_heads, hd = c_.head_dim, W = c_.window, S = B.rows;
         const int64_t *pos_d = B.pos_d;
         const float *kvf = b.kv.f();
+        DS41RT_RETURN_IF_ERROR(m_->prefetch_weights(device_model::PREFETCH_ATTN_OUT, {&L.wo_a, &L.wo_b}, S));
 
         // Compressed branch: the step's projections at once, then sequence by sequence (each has its
         // own compressor and entries).
@@ -1036,6 +1037,10 @@ private:
                 end();
                 moe_out mo;
                 DS41RT_RETURN_IF_ERROR(moe(L, l, b.x.f(), S, &mo, *xsplit));
+                if (l + 1 < c_.n_layers) {
+                    const layer_dev &N = layers_[size_t(l + 1)];
+                    DS41RT_RETURN_IF_ERROR(m_->prefetch_weights(device_model::PREFETCH_NEXT_QKV, {&N.wq_a, &N.wkv, &N.wq_b}, S));
+                }
                 DS41RT_RETURN_IF_ERROR(mixes.join());
                 begin("mhc+norm");
                 DS41RT_RETURN_IF_ERROR(cuda::hc_expand_sum(b.X.f(), mo.routed.f(), mo.shared.f(), b.fm.post.f(),

@@ -470,6 +470,7 @@ private:
         const bool csa = ratio > 0 && c_.is_index_source(layer);
         const float *x = b.x.f();
         const dtemp &qr = b.qr, &q = b.q, &kv = b.kv, &o = b.o;
+        DS41RT_RETURN_IF_ERROR(m_->prefetch_weights(device_model::PREFETCH_ATTN_OUT, {&L.wo_a, &L.wo_b}, S));
 
         // Compressed branch, sequence by sequence: entries closed by this chunk are emitted
         // before attention; CSA queries see the indexer's selection, HCA queries every visible entry.
@@ -675,6 +676,10 @@ private:
                 end();
                 moe_out mo;
                 DS41RT_RETURN_IF_ERROR(moe(L, l, b.x.f(), b.ids.as<int32_t>(), S, &mo, *xsplit));
+                if (l + 1 < c_.n_layers) {
+                    const layer_dev &N = layers_[size_t(l + 1)];
+                    DS41RT_RETURN_IF_ERROR(m_->prefetch_weights(device_model::PREFETCH_NEXT_QKV, {&N.wq_a, &N.wkv, &N.wq_b}, S));
+                }
                 begin("mhc+norm");
                 DS41RT_RETURN_IF_ERROR(mo.shared.f() ? cuda::hc_expand_sum(b.X.f(), mo.routed.f(), mo.shared.f(), b.fm.post.f(),
                                                                          b.fm.comb.f(), S, hc, D, official_, st())
