@@ -12,6 +12,7 @@
 #     timeline): each kernel's cost in the step, gaps and PDL overlaps included.
 #   runs.sh prefetch: weights into L2 ahead of their GEMV (l2_prefetch): its tests, every engine
 #     test with it on, V4.1 C1 over prefetch budgets and sites.
+#   runs.sh ncu-small: the attention scores and the router kernels under Nsight Compute.
 #   runs.sh report: the full bench (decode C1 / C4 / C16, prefill 1K..32K) of V4.1 and V4.
 # Outputs under $O; everything ends up in $O/../all.tar.gz (a device call returns few files).
 set -o pipefail
@@ -70,8 +71,18 @@ prefetch)  # weights into L2 ahead of their GEMV (DS41RT_L2_PREFETCH_MB / _SITES
   echo "== l2 prefetch tests: rc $?"; grep -E '^\[  (PASSED|FAILED)|^\[  FAILED|Failure|bad' $O/l2-tests.log | head
   DS41RT_L2_PREFETCH_MB=32 LD_LIBRARY_PATH=$LIBS timeout 200 build/dev/ds41rt_cuda_engine_tests > $O/engine-tests-l2.log 2>&1
   echo "== engine tests, prefetch 32 MB: rc $?"; grep -E '^\[  (PASSED|FAILED)|^\[  FAILED' $O/engine-tests-l2.log | head
-  for mb in ${BUDGETS:-0 16 32 48}; do bench v41-l2-$mb ds41rt v41 DS41RT_L2_PREFETCH_MB=$mb -- --concurrency 1 --prefill ''; done
+  for mb in ${BUDGETS:-0 8 16 32}; do bench v41-l2-$mb ds41rt v41 DS41RT_L2_PREFETCH_MB=$mb -- --concurrency 1 --prefill ''; done
   for st in 1 2; do bench v41-l2-32-sites$st ds41rt v41 DS41RT_L2_PREFETCH_MB=32 DS41RT_L2_PREFETCH_SITES=$st -- --concurrency 1 --prefill ''; done
+  ;;
+ncu-small)  # the attention scores and the router, the two longest latency-bound kernels of the C1 step
+  LD_LIBRARY_PATH=$LIBS timeout 150 /usr/local/cuda/bin/ncu --clock-control none --kernel-name-base function \
+    -k regex:'scores_whole|route_kernel' --launch-skip 20 --launch-count 4 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+    --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+    build/dev/ds41rt bench --model-type v41 --layers 2 --concurrency 1 --prefill '' --decode-steps 8 --out $O/ncu-bench \
+    > $O/ncu-small.txt 2>&1
+  echo "== ncu-small: rc $?"
+  grep -E '^  [a-z_]|Duration|Grid Size|Block Size|Registers|Dynamic Shared|Achieved Occ|Eligible Warps|Warp Cycles Per Issued|Issued Warp|spends|stall' $O/ncu-small.txt | head -60
   ;;
 report)
   bench v41 ds41rt v41 X=1 -- --concurrency 1,4,16

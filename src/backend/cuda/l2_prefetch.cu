@@ -9,8 +9,10 @@ namespace ds41rt::backend::cuda {
 
 namespace {
 
-constexpr int THREADS = 128;
-constexpr unsigned CHUNK = 32u << 10;  // bytes per bulk prefetch (sm_90); 1024 of them are 32 MB
+// sm_90: a warp a block, a 16 KB chunk a thread, so a 32 MB budget spreads over 64 SMs' TMA units
+// (on 4 SMs, 32 KB a thread, the prefetch of 16 MB held its stream ~25 us: H100, session 29).
+constexpr int THREADS = 32;
+constexpr unsigned CHUNK = 16u << 10;
 
 struct ranges_arg {
     l2_range r[L2_RANGES];
@@ -18,8 +20,7 @@ struct ranges_arg {
 };
 
 // No bytes move into the SM and none are written: sm_90's bulk prefetch hands the TMA unit
-// CHUNK bytes per instruction (~1000 instructions for a 32 MB budget); below sm_90, one
-// prefetch.global.L2 per 128-byte line. The kernel ends as soon as its requests are issued.
+// CHUNK bytes per instruction; below sm_90, one prefetch.global.L2 per 128-byte line.
 __global__ void __launch_bounds__(THREADS) l2_prefetch_kernel(ranges_arg a) {
     pdl_trigger();  // nothing here is any kernel's input: the next one may become resident at once
     const size_t tid = size_t(blockIdx.x) * THREADS + threadIdx.x, nthreads = size_t(gridDim.x) * THREADS;
@@ -61,7 +62,7 @@ Status l2_prefetch(const l2_range *ranges, int n, size_t budget, cudaStream_t st
     DS41RT_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     int cc = 0;
     DS41RT_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, dev));
-    // sm_90: enough threads for one chunk each; below, a wave of blocks walking the lines.
+    // sm_90: a chunk a thread; below, a wave of blocks walking the lines.
     const size_t chunks = (total + CHUNK - 1) / CHUNK;
     const unsigned blocks = cc >= 9 ? unsigned((chunks + THREADS - 1) / THREADS) : unsigned(sms);
     DS41RT_CUDA_RETURN_IF_ERROR(launch_pdl(l2_prefetch_kernel, dim3(blocks), dim3(THREADS), 0, stream, a));

@@ -19,8 +19,9 @@ struct l2_range {
 constexpr int L2_RANGES = 8;
 
 // Asks L2 for ranges[0..n) in order, at most `budget` bytes in all (the first ranges whole, the
-// last one cut). One small launch in stream order (programmatic dependent launch: the kernels
-// after it need not wait for its requests, only for what came before it). n <= L2_RANGES.
+// last one cut). One small launch in stream order. Its blocks may last until their requests are
+// served (the DRAM time of the budget), so a caller that wants them beside other work launches it
+// on a side stream. n <= L2_RANGES.
 Status l2_prefetch(const l2_range *ranges, int n, size_t budget, cudaStream_t stream);
 
 }  // namespace ds41rt::backend::cuda

@@ -123,9 +123,12 @@ std::string role_of(const std::string &name) {
 
 using backend::cpu::lin;
 
-Status device_model::prefetch_weights(prefetch_site site, std::initializer_list<const dlinear *> ls, int64_t M) const {
+bool device_model::prefetches(prefetch_site site, int64_t M) const {
+    return l2_prefetch_budget() > 0 && M <= GEMV_MAX_ROWS && (l2_prefetch_sites() & site);
+}
+
+Status device_model::prefetch_weights(std::initializer_list<const dlinear *> ls) const {
     const size_t budget = l2_prefetch_budget();
-    if (budget == 0 || M > GEMV_MAX_ROWS || !(l2_prefetch_sites() & site)) return Status::ok();
     std::vector<backend::cuda::l2_range> r;
     for (const dlinear *L : ls) {
         const size_t nk = size_t(L->N) * size_t(L->K);

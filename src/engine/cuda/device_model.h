@@ -263,12 +263,14 @@ public:
     // order, up to the prefetch budget (DS41RT_L2_PREFETCH_MB, read once; 0: off): issued as a
     // chain of latency-bound kernels starts, whose time DRAM would otherwise idle through. Only
     // for steps of GEMV size (M <= 16), whose products read each weight once, and at the sites
-    // DS41RT_L2_PREFETCH_SITES (a mask of prefetch_site bits, default all) lets ask.
+    // DS41RT_L2_PREFETCH_SITES (a mask of prefetch_site bits, default all) lets ask: prefetches().
+    // The requests hold their launch until served, so callers put it on a side branch.
     enum prefetch_site {
         PREFETCH_ATTN_OUT = 1,  // the attention core's start: wo_a, wo_b
         PREFETCH_NEXT_QKV = 2,  // the MoE's end: the next layer's wq_a, wkv, wq_b
     };
-    Status prefetch_weights(prefetch_site site, std::initializer_list<const dlinear *> ls, int64_t M) const;
+    bool prefetches(prefetch_site site, int64_t M) const;
+    Status prefetch_weights(std::initializer_list<const dlinear *> ls) const;
     // The grouped output projection (engine/output_projection on the device): o [S, heads_width]
     // in G groups, each through its R rows of wo_a (BF16 class), then wo_b (FP8 class) into out
     // [S, dim]. The G group products go in one GEMV launch.
