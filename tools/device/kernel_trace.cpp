@@ -2,7 +2,10 @@
 // a CUPTI injection library (the driver loads it at cuInit when CUDA_INJECTION64_PATH names it),
 // so the decode step's timeline can be read as the graph runs it, with the gaps between kernels
 // and PDL's overlaps, where Nsight Compute times each kernel alone with its caches flushed, and
-// the device machine has no Nsight Systems. Writes CSV to $KTRACE_OUT (default ktrace.csv):
+// the device machine has no Nsight Systems. Writes CSV to $KTRACE_OUT (default ktrace.csv), the
+// memory copies too (name "memcpy kind K N B", grid and block 0), and with KTRACE_API set the
+// host's runtime calls (name "api cudaGraphLaunch..." and so on, grid -1, host timestamps on the
+// same clock):
 //   start_ns,end_ns,graph_id,node_id,grid,block,name
 // Build (here; bundle.sh then packs it with libcupti into build/dev/lib):
 //   g++ -O2 -shared -fPIC -I/usr/local/cuda/include tools/device/kernel_trace.cpp
@@ -56,6 +59,22 @@ void CUPTIAPI completed(CUcontext, uint32_t, uint8_t *buffer, size_t, size_t val
     std::lock_guard<std::mutex> lock(out_mu);
     CUpti_Activity *r = nullptr;
     while (cuptiActivityGetNextRecord(buffer, valid, &r) == CUPTI_SUCCESS) {
+        if (r->kind == CUPTI_ACTIVITY_KIND_RUNTIME) {  // host side: the runtime call's span, grid -1
+            const auto *a = reinterpret_cast<const CUpti_ActivityAPI *>(r);
+            const char *nm = nullptr;
+            if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, a->cbid, &nm) != CUPTI_SUCCESS || !nm) nm = "?";
+            if (out)
+                std::fprintf(out, "%llu,%llu,0,0,-1,0,api %s\n", (unsigned long long)a->start, (unsigned long long)a->end, nm);
+            continue;
+        }
+        if (r->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {  // the step's uploads, named by kind and size
+            const auto *m = reinterpret_cast<const CUpti_ActivityMemcpy6 *>(r);
+            if (out)
+                std::fprintf(out, "%llu,%llu,%u,%llu,0,0,memcpy kind %u %llu B\n", (unsigned long long)m->start,
+                             (unsigned long long)m->end, m->graphId, (unsigned long long)m->graphNodeId, unsigned(m->copyKind),
+                             (unsigned long long)m->bytes);
+            continue;
+        }
         if (r->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && r->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
         const auto *k = reinterpret_cast<const CUpti_ActivityKernel10 *>(r);
         if (out)
@@ -93,6 +112,8 @@ extern "C" int InitializeInjection(void) {
         std::fprintf(stderr, "kernel_trace: cannot enable kernel activity records\n");
         return 0;
     }
+    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY);
+    if (std::getenv("KTRACE_API")) cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME);
     std::atexit(flush);
     return 1;
 }

@@ -13,6 +13,8 @@ import sys
 from collections import defaultdict
 
 rows = list(csv.DictReader(open(sys.argv[1])))
+api = sorted((int(r["start_ns"]), int(r["end_ns"]), r["name"][4:]) for r in rows if r["grid"] == "-1")
+rows = [r for r in rows if r["grid"] != "-1"]
 rows.sort(key=lambda r: int(r["start_ns"]))
 steps, cur = [], None
 for r in rows:
@@ -35,8 +37,28 @@ total = [sum(c) for c in cost]
 names = [k[2] for k in steps[0]]
 med_cost = [st.median(c[i] for c in cost) for i in range(n)]
 med_run = [st.median(r[i] for r in run) for i in range(n)]
+# Idle: time inside the step when nothing of it runs on the GPU (the host behind, launch gaps).
+def idle_gaps(s):
+    gaps, reach = [], s[0][1]
+    for i, k in enumerate(s[1:], 1):
+        if k[0] > reach:
+            gaps.append((i, (k[0] - reach) / 1e3))
+        reach = max(reach, k[1])
+    return gaps
+idle = [sum(g for _, g in idle_gaps(s)) for s in steps]
 print(f"{len(steps)} graphed steps of {n} kernels: median {st.median(total):.1f} us a step "
-      f"(min {min(total):.1f}), kernel run times sum to {sum(med_run):.1f} us")
+      f"(min {min(total):.1f}), kernel run times sum to {sum(med_run):.1f} us, GPU idle "
+      f"{st.median(idle):.1f} us a step (median)")
+mid = steps[sorted(range(len(steps)), key=lambda i: total[i])[len(steps) // 2]]
+big = sorted(idle_gaps(mid), key=lambda x: -x[1])[:8]
+print("largest idle gaps of the median step (before kernel #, us): " + ", ".join(f"#{i} {mid[i][2][:28]} {g:.1f}" for i, g in big))
+if api:  # what the host did from the step's start to the end of its largest gap
+    t0, t1 = mid[0][0], mid[big[0][0]][0]
+    print(f"host runtime calls from the median step's start to its largest gap's end ({(t1 - t0) / 1e3:.1f} us; "
+          "us after the step's start, duration):")
+    for a in api:
+        if t0 - 200e3 <= a[0] <= t1:
+            print(f"  {(a[0] - t0) / 1e3:8.1f} {(a[1] - a[0]) / 1e3:7.1f}  {a[2]}")
 by_cost, by_run, count = defaultdict(float), defaultdict(float), defaultdict(int)
 for i, nm in enumerate(names):
     by_cost[nm] += med_cost[i]

@@ -62,7 +62,10 @@ trace)  # the V4.1 (then V4) C1 step as its graph runs it: kernel_trace.cpp's CU
     bench $m-plain ds41rt $m X=1 -- --concurrency 1 --prefill ''
     bench $m-traced ds41rt $m CUDA_INJECTION64_PATH=$PWD/build/dev/lib/libkernel_trace.so KTRACE_OUT=$O/trace-$m.csv -- --concurrency 1 --prefill ''
     python3 tools/device/trace_table.py $O/trace-$m.csv --sequence 80 > $O/trace-$m.txt 2>&1; echo "== trace $m: rc $?"
-    head -60 $O/trace-$m.txt
+    head -45 $O/trace-$m.txt
+    bench $m-traced-api ds41rt $m CUDA_INJECTION64_PATH=$PWD/build/dev/lib/libkernel_trace.so KTRACE_OUT=$O/trace-api-$m.csv KTRACE_API=1 -- --concurrency 1 --prefill ''
+    python3 tools/device/trace_table.py $O/trace-api-$m.csv > $O/trace-api-$m.txt 2>&1; echo "== trace with host calls $m: rc $?"
+    sed -n '1,2p;/^host runtime/,/^us cost/p' $O/trace-api-$m.txt | head -70
   done
   ;;
 prefetch)  # weights into L2 ahead of their GEMV (DS41RT_L2_PREFETCH_MB / _SITES): its tests, every
