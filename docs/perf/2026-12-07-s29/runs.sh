@@ -13,6 +13,8 @@
 #   runs.sh prefetch: weights into L2 ahead of their GEMV (l2_prefetch): its tests, every engine
 #     test with it on, V4.1 C1 over prefetch budgets and sites.
 #   runs.sh ncu-small: the attention scores and the router kernels under Nsight Compute.
+#   runs.sh final: ncu-small, the prefetch's tests, V4.1 C1 over prefetch budgets, the timeline
+#     with the host's runtime calls, in one call.
 #   runs.sh report: the full bench (decode C1 / C4 / C16, prefill 1K..32K) of V4.1 and V4.
 # Outputs under $O; everything ends up in $O/../all.tar.gz (a device call returns few files).
 set -o pipefail
@@ -86,6 +88,18 @@ ncu-small)  # the attention scores and the router, the two longest latency-bound
     > $O/ncu-small.txt 2>&1
   echo "== ncu-small: rc $?"
   grep -E '^  [a-z_]|Duration|Grid Size|Block Size|Registers|Dynamic Shared|Achieved Occ|Eligible Warps|Warp Cycles Per Issued|Issued Warp|spends|stall' $O/ncu-small.txt | head -60
+  ;;
+final)  # run 4 in one call (device time was short): ncu-small, the prefetch's tests and engine tests,
+  # V4.1 C1 at prefetch 0 / 16 / 32 MB, the V4.1 timeline with the host's calls
+  bash "$0" ncu-small
+  LD_LIBRARY_PATH=$LIBS timeout 60 build/dev/ds41rt_cuda_tests --gtest_filter='CudaL2Prefetch*' > $O/l2-tests.log 2>&1
+  echo "== l2 prefetch tests: rc $?"; grep -E '^\[  (PASSED|FAILED)|^\[  FAILED' $O/l2-tests.log | head
+  DS41RT_L2_PREFETCH_MB=32 LD_LIBRARY_PATH=$LIBS timeout 150 build/dev/ds41rt_cuda_engine_tests > $O/engine-tests-l2.log 2>&1
+  echo "== engine tests, prefetch 32 MB: rc $?"; grep -E '^\[  (PASSED|FAILED)|^\[  FAILED' $O/engine-tests-l2.log | head
+  for mb in 0 16 32; do bench v41-l2-$mb ds41rt v41 DS41RT_L2_PREFETCH_MB=$mb -- --concurrency 1 --prefill ''; done
+  bench v41-traced-api ds41rt v41 CUDA_INJECTION64_PATH=$PWD/build/dev/lib/libkernel_trace.so KTRACE_OUT=$O/trace-api-v41.csv KTRACE_API=1 -- --concurrency 1 --prefill ''
+  python3 tools/device/trace_table.py $O/trace-api-v41.csv > $O/trace-api-v41.txt 2>&1; echo "== trace with host calls: rc $?"
+  sed -n '1,2p;/^host runtime/,/^us cost/p' $O/trace-api-v41.txt | head -80
   ;;
 report)
   bench v41 ds41rt v41 X=1 -- --concurrency 1,4,16
