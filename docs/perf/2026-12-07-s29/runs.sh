@@ -80,7 +80,7 @@ prefetch)  # weights into L2 ahead of their GEMV (DS41RT_L2_PREFETCH_MB / _SITES
   for st in 1 2; do bench v41-l2-32-sites$st ds41rt v41 DS41RT_L2_PREFETCH_MB=32 DS41RT_L2_PREFETCH_SITES=$st -- --concurrency 1 --prefill ''; done
   ;;
 ncu-small)  # the attention scores and the router, the two longest latency-bound kernels of the C1 step
-  LD_LIBRARY_PATH=$LIBS timeout 150 /usr/local/cuda/bin/ncu --clock-control none --kernel-name-base function \
+  LD_LIBRARY_PATH=$LIBS timeout 100 /usr/local/cuda/bin/ncu --clock-control none --kernel-name-base function \
     -k regex:'scores_whole|route_kernel' --launch-skip 20 --launch-count 4 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
     --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
