@@ -989,9 +989,13 @@ private:
         DS41RT_RETURN_IF_ERROR(m_->to_device(b.ids.as<void>(), tokens.data(), tokens.size() * sizeof(int32_t)));
         B.pos_d = b.pos.as<int64_t>();
         DS41RT_RETURN_IF_ERROR(cuda::embed_rows_bf16(embed_, V, D, b.ids.as<int32_t>(), S, hc, b.X.f(), st()));
-        std::vector<float> one_hot(static_cast<size_t>(S * hc), 0.0f);  // the first site reads stream 0
-        for (int64_t s = 0; s < S; s++) one_hot[size_t(s * hc)] = 1.0f;
-        DS41RT_RETURN_IF_ERROR(m_->to_device(b.pre_mix.f(), one_hot.data(), one_hot.size() * sizeof(float)));
+        // The first site reads stream 0. A graphed step's buffers are its row count's, which the
+        // bucket's first (eager) step filled: no upload at the start of every step.
+        if (!graphed_) {
+            std::vector<float> one_hot(static_cast<size_t>(S * hc), 0.0f);
+            for (int64_t s = 0; s < S; s++) one_hot[size_t(s * hc)] = 1.0f;
+            DS41RT_RETURN_IF_ERROR(m_->to_device(b.pre_mix.f(), one_hot.data(), one_hot.size() * sizeof(float)));
+        }
         end();
 
         std::vector<shared_sel> shs(B.seq.size());
