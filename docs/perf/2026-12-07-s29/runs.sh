@@ -15,6 +15,7 @@
 #   runs.sh ncu-small: the attention scores and the router kernels under Nsight Compute.
 #   runs.sh final: ncu-small, the prefetch's tests, V4.1 C1 over prefetch budgets, the timeline
 #     with the host's runtime calls, in one call.
+#   runs.sh scores: the decode scores tile with staging warps: attention and engine tests, V4.1 C1.
 #   runs.sh report: the full bench (decode C1 / C4 / C16, prefill 1K..32K) of V4.1 and V4.
 # Outputs under $O; everything ends up in $O/../all.tar.gz (a device call returns few files).
 set -o pipefail
@@ -70,7 +71,7 @@ trace)  # the V4.1 (then V4) C1 step as its graph runs it: kernel_trace.cpp's CU
     sed -n '1,2p;/^host runtime/,/^us cost/p' $O/trace-api-$m.txt | head -70
   done
   ;;
-prefetch)  # weights into L2 ahead of their GEMV (DS41RT_L2_PREFETCH_MB / _SITES): its tests, every
+prefetch)  # (run 3 and 4's binaries; removed after run 4) weights into L2 ahead of their GEMV (DS41RT_L2_PREFETCH_MB / _SITES): its tests, every
   # engine test with it on, V4.1 C1 over budgets and sites
   LD_LIBRARY_PATH=$LIBS timeout 100 build/dev/ds41rt_cuda_tests --gtest_filter='CudaL2Prefetch*' > $O/l2-tests.log 2>&1
   echo "== l2 prefetch tests: rc $?"; grep -E '^\[  (PASSED|FAILED)|^\[  FAILED|Failure|bad' $O/l2-tests.log | head
@@ -100,6 +101,16 @@ final)  # run 4 in one call (device time was short): ncu-small, the prefetch's t
   bench v41-traced-api ds41rt v41 CUDA_INJECTION64_PATH=$PWD/build/dev/lib/libkernel_trace.so KTRACE_OUT=$O/trace-api-v41.csv KTRACE_API=1 -- --concurrency 1 --prefill ''
   python3 tools/device/trace_table.py $O/trace-api-v41.csv > $O/trace-api-v41.txt 2>&1; echo "== trace with host calls: rc $?"
   sed -n '1,2p;/^host runtime/,/^us cost/p' $O/trace-api-v41.txt | head -80
+  ;;
+scores)  # run 5: the decode scores tile with staging warps (16 entries on 2 MMA warps, 4 warps staging)
+  LD_LIBRARY_PATH=$LIBS timeout 90 build/dev/ds41rt_cuda_tests --gtest_filter='CudaAttention*' > $O/attn-tests.log 2>&1
+  echo "== attention tests: rc $?"; grep -E '^\[  (PASSED|FAILED)|^\[  FAILED|differ' $O/attn-tests.log | head
+  LD_LIBRARY_PATH=$LIBS timeout 120 build/dev/ds41rt_cuda_engine_tests > $O/engine-tests.log 2>&1
+  echo "== engine tests: rc $?"; grep -E '^\[  (PASSED|FAILED)|^\[  FAILED' $O/engine-tests.log | head
+  bench v41 ds41rt v41 X=1 -- --concurrency 1 --prefill ''
+  bench v41-traced ds41rt v41 CUDA_INJECTION64_PATH=$PWD/build/dev/lib/libkernel_trace.so KTRACE_OUT=$O/trace-v41.csv -- --concurrency 1 --prefill ''
+  python3 tools/device/trace_table.py $O/trace-v41.csv > $O/trace-v41.txt 2>&1; echo "== trace: rc $?"
+  grep -E 'graphed steps|scores|route_kernel' $O/trace-v41.txt | head -5
   ;;
 report)
   bench v41 ds41rt v41 X=1 -- --concurrency 1,4,16

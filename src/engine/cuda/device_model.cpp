@@ -15,7 +15,6 @@
 #include "backend/cuda/fake_quant.cuh"
 #include "backend/cuda/gemm_fp8.cuh"
 #include "backend/cuda/gemv.cuh"
-#include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/mhc.cuh"
 #include "backend/cuda/norm.cuh"
 #include "backend/cuda/stream_drain.h"
@@ -70,23 +69,6 @@ uint64_t pool_keep_bytes() {
     return (e && *e ? uint64_t(std::strtoull(e, nullptr, 10)) : uint64_t(8192)) << 20;
 }
 
-// Bytes of weights a prefetch_weights call asks L2 for at most (DS41RT_L2_PREFETCH_MB; 0: off),
-// and the sites that ask (DS41RT_L2_PREFETCH_SITES, a mask of prefetch_site bits).
-size_t l2_prefetch_budget() {
-    static const size_t b = [] {
-        const char *e = std::getenv("DS41RT_L2_PREFETCH_MB");
-        return size_t(e && *e ? std::strtoull(e, nullptr, 10) : 0) << 20;
-    }();
-    return b;
-}
-int l2_prefetch_sites() {
-    static const int m = [] {
-        const char *e = std::getenv("DS41RT_L2_PREFETCH_SITES");
-        return e && *e ? std::atoi(e) : 3;
-    }();
-    return m;
-}
-
 // The device current and the model's stream on it, its pool told what to keep.
 Status start_device(int device, cudaStream_t *stream) {
     DS41RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
@@ -122,22 +104,6 @@ std::string role_of(const std::string &name) {
 }  // namespace
 
 using backend::cpu::lin;
-
-bool device_model::prefetches(prefetch_site site, int64_t M) const {
-    return l2_prefetch_budget() > 0 && M <= GEMV_MAX_ROWS && (l2_prefetch_sites() & site);
-}
-
-Status device_model::prefetch_weights(std::initializer_list<const dlinear *> ls) const {
-    const size_t budget = l2_prefetch_budget();
-    std::vector<backend::cuda::l2_range> r;
-    for (const dlinear *L : ls) {
-        const size_t nk = size_t(L->N) * size_t(L->K);
-        if (L->k == dlinear::kind::DENSE) r.push_back({L->wd, nk * (L->wd_bf16 ? 2 : 4)});
-        else r.push_back({L->w, L->k == dlinear::kind::FP8 ? nk : nk / 2});
-    }
-    if (r.size() > size_t(backend::cuda::L2_RANGES)) r.resize(backend::cuda::L2_RANGES);
-    return backend::cuda::l2_prefetch(r.data(), int(r.size()), budget, stream_);
-}
 
 product_cost cost_of(const dlinear &L, int64_t M) {
     const double nk = double(L.N) * double(L.K);

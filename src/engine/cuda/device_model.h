@@ -259,18 +259,6 @@ public:
     // all S): logits [rows, N] on the device. A prompt chunk needs its last row at most, and the
     // head over every prompt row was the largest product of a long prefill.
     Result<dtemp> head_rows(const dlinear &head, const float *x, int64_t S, const std::vector<int32_t> *rows) const;
-    // Asks L2 for the weights of linears a decode step reads next (backend/cuda l2_prefetch), in
-    // order, up to the prefetch budget (DS41RT_L2_PREFETCH_MB, read once; 0: off): issued as a
-    // chain of latency-bound kernels starts, whose time DRAM would otherwise idle through. Only
-    // for steps of GEMV size (M <= 16), whose products read each weight once, and at the sites
-    // DS41RT_L2_PREFETCH_SITES (a mask of prefetch_site bits, default all) lets ask: prefetches().
-    // The requests hold their launch until served, so callers put it on a side branch.
-    enum prefetch_site {
-        PREFETCH_ATTN_OUT = 1,  // the attention core's start: wo_a, wo_b
-        PREFETCH_NEXT_QKV = 2,  // the MoE's end: the next layer's wq_a, wkv, wq_b
-    };
-    bool prefetches(prefetch_site site, int64_t M) const;
-    Status prefetch_weights(std::initializer_list<const dlinear *> ls) const;
     // The grouped output projection (engine/output_projection on the device): o [S, heads_width]
     // in G groups, each through its R rows of wo_a (BF16 class), then wo_b (FP8 class) into out
     // [S, dim]. The G group products go in one GEMV launch.

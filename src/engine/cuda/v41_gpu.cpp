@@ -671,10 +671,6 @@ private:
         const int64_t H = c_.n_heads, hd = c_.head_dim, W = c_.window, S = B.rows;
         const int64_t *pos_d = B.pos_d;
         const float *kvf = b.kv.f();
-        // wo_a and wo_b into L2 while the attention core's latency-bound kernels leave DRAM idle.
-        side_scope prefetch(prefetch_side_, *m_);
-        if (!prof_.on() && m_->prefetches(device_model::PREFETCH_ATTN_OUT, S))
-            DS41RT_RETURN_IF_ERROR(prefetch.fork([&] { return m_->prefetch_weights({&L.wo_a, &L.wo_b}); }));
 
         // Compressed branch: the step's projections at once, then sequence by sequence (each has its
         // own compressor and entries).
@@ -767,7 +763,7 @@ private:
             stores.push_back({&B.seq[i]->ring[size_t(layer)], B.p0[i], B.n[i], kvf + B.off[i] * hd});
         DS41RT_RETURN_IF_ERROR(store_windows(*m_, stores, W, hd));
         end();
-        return prefetch.join();
+        return Status::ok();
     }
 
     // Inverse RoPE at the query position, then the grouped output projection: o -> y.
@@ -1030,9 +1026,7 @@ private:
             DS41RT_RETURN_IF_ERROR(attn_core(L, l, B, b, shs));
             // The output projection, the FFN site and the MoE: a graph when the routed experts run
             // from device routes (local layers at decode).
-            // pf: the branch that asks L2 for the next layer's q / kv projections, joined by the caller
-            // once they have run (the next attention site, where it shares the graph piece).
-            auto ffn = [&](side_scope &pf) -> Status {
+            auto ffn = [&]() -> Status {
                 DS41RT_RETURN_IF_ERROR(attn_out(L, l, b, b.pos.as<int64_t>()));
                 begin("mhc+norm");
                 DS41RT_RETURN_IF_ERROR(
@@ -1046,10 +1040,6 @@ private:
                 end();
                 moe_out mo;
                 DS41RT_RETURN_IF_ERROR(moe(L, l, b.x.f(), S, &mo, *xsplit));
-                if (!prof_.on() && l + 1 < c_.n_layers && m_->prefetches(device_model::PREFETCH_NEXT_QKV, S)) {
-                    const layer_dev &N = layers_[size_t(l + 1)];
-                    DS41RT_RETURN_IF_ERROR(pf.fork([&] { return m_->prefetch_weights({&N.wq_a, &N.wkv, &N.wq_b}); }));
-                }
                 DS41RT_RETURN_IF_ERROR(mixes.join());
                 begin("mhc+norm");
                 DS41RT_RETURN_IF_ERROR(cuda::hc_expand_sum(b.X.f(), mo.routed.f(), mo.shared.f(), b.fm.post.f(),
@@ -1060,19 +1050,15 @@ private:
             if (L.remote) DS41RT_RETURN_IF_ERROR(stage_remote(l, S));
             const bool nccl_layer = L.remote && nccl_ && layout_.layer_nccl(l);
             if (!(moe_on_device(L, S) || nccl_layer)) {
-                side_scope pf(prefetch_side_, *m_);
-                DS41RT_RETURN_IF_ERROR(ffn(pf));
-                DS41RT_RETURN_IF_ERROR(pf.join());
+                DS41RT_RETURN_IF_ERROR(ffn());
                 continue;
             }
             // The next layer's attention site joins this piece where nothing runs between them
             // (no Engram lookup, which hashes on the host): one graph launch a layer, not two.
             site_ran = l + 1 < c_.n_layers && !c_.has_engram(l + 1);
             DS41RT_RETURN_IF_ERROR(frame.piece(size_t(2 * l + 1), [&]() -> Status {
-                side_scope pf(prefetch_side_, *m_);
-                DS41RT_RETURN_IF_ERROR(ffn(pf));
-                if (site_ran) DS41RT_RETURN_IF_ERROR(attn_site(l + 1));
-                return pf.join();
+                DS41RT_RETURN_IF_ERROR(ffn());
+                return site_ran ? attn_site(l + 1) : Status::ok();
             }));
         }
         frame.done();
@@ -1135,7 +1121,6 @@ private:
 #endif
     mutable section_timer prof_;
     mutable section_timer products_;  // the weight products' times (device_model::set_product_timer)
-    mutable side_branch prefetch_side_;  // weights into L2 (device_model::prefetch_weights)
     mutable side_branch side_;      // the shared expert's branch (moe); the kv row's (attention)
     mutable side_branch mix_side_;  // an mHC site's mixes, beside its collapse and sublayer
     mutable step_buckets buckets_;

@@ -470,10 +470,6 @@ private:
         const bool csa = ratio > 0 && c_.is_index_source(layer);
         const float *x = b.x.f();
         const dtemp &qr = b.qr, &q = b.q, &kv = b.kv, &o = b.o;
-        // wo_a and wo_b into L2 while the attention core's latency-bound kernels leave DRAM idle.
-        side_scope prefetch(prefetch_side_, *m_);
-        if (!prof_.on() && m_->prefetches(device_model::PREFETCH_ATTN_OUT, S))
-            DS41RT_RETURN_IF_ERROR(prefetch.fork([&] { return m_->prefetch_weights({&L.wo_a, &L.wo_b}); }));
 
         // Compressed branch, sequence by sequence: entries closed by this chunk are emitted
         // before attention; CSA queries see the indexer's selection, HCA queries every visible entry.
@@ -541,7 +537,7 @@ private:
             stores.push_back({&B.seq[i]->ring[size_t(layer)], B.p0[i], B.n[i], kv.f() + B.off[i] * hd});
         DS41RT_RETURN_IF_ERROR(store_windows(*m_, stores, W, hd));
         end();
-        return prefetch.join();
+        return Status::ok();
     }
 
     // Inverse RoPE at the query position, then the grouped output projection (wo_a per group in
@@ -668,9 +664,7 @@ private:
             if (!site_ran) DS41RT_RETURN_IF_ERROR(frame.piece(size_t(2 * l), [&] { return attn_site(l); }));
             site_ran = false;
             DS41RT_RETURN_IF_ERROR(attn_core(L, l, B, b));
-            // pf: the branch that asks L2 for the next layer's q / kv projections, joined by the caller
-            // once they have run (the next attention site, where it shares the graph piece).
-            auto ffn = [&](side_scope &pf) -> Status {
+            auto ffn = [&]() -> Status {
                 DS41RT_RETURN_IF_ERROR(attn_out(L, l, b));
                 begin("mhc+norm");
                 DS41RT_RETURN_IF_ERROR(
@@ -681,10 +675,6 @@ private:
                 end();
                 moe_out mo;
                 DS41RT_RETURN_IF_ERROR(moe(L, l, b.x.f(), b.ids.as<int32_t>(), S, &mo, *xsplit));
-                if (!prof_.on() && l + 1 < c_.n_layers && m_->prefetches(device_model::PREFETCH_NEXT_QKV, S)) {
-                    const layer_dev &N = layers_[size_t(l + 1)];
-                    DS41RT_RETURN_IF_ERROR(pf.fork([&] { return m_->prefetch_weights({&N.wq_a, &N.wkv, &N.wq_b}); }));
-                }
                 begin("mhc+norm");
                 DS41RT_RETURN_IF_ERROR(mo.shared.f() ? cuda::hc_expand_sum(b.X.f(), mo.routed.f(), mo.shared.f(), b.fm.post.f(),
                                                                          b.fm.comb.f(), S, hc, D, official_, st())
@@ -694,18 +684,14 @@ private:
                 return Status::ok();
             };
             if (!moe_on_device(L, S)) {
-                side_scope pf(prefetch_side_, *m_);
-                DS41RT_RETURN_IF_ERROR(ffn(pf));
-                DS41RT_RETURN_IF_ERROR(pf.join());
+                DS41RT_RETURN_IF_ERROR(ffn());
                 continue;
             }
             // The next layer's attention site in the same piece: one graph launch a layer, not two.
             site_ran = l + 1 < c_.n_layers;
             DS41RT_RETURN_IF_ERROR(frame.piece(size_t(2 * l + 1), [&]() -> Status {
-                side_scope pf(prefetch_side_, *m_);
-                DS41RT_RETURN_IF_ERROR(ffn(pf));
-                if (site_ran) DS41RT_RETURN_IF_ERROR(attn_site(l + 1));
-                return pf.join();
+                DS41RT_RETURN_IF_ERROR(ffn());
+                return site_ran ? attn_site(l + 1) : Status::ok();
             }));
         }
         frame.done();
@@ -757,7 +743,6 @@ private:
     std::vector<layer_dev> layers_;
     mutable section_timer prof_;
     mutable section_timer products_;  // the weight products' times (device_model::set_product_timer)
-    mutable side_branch prefetch_side_;  // weights into L2 (device_model::prefetch_weights)
     mutable side_branch side_;  // the shared expert's branch (moe)
     mutable step_buckets buckets_;
     mutable routed_decode routed_;
