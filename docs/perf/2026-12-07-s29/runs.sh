@@ -10,12 +10,14 @@
 #     and each alone (ncu): the launch chain with each launch's time.
 #   runs.sh trace: the C1 step as its graph runs it (tools/device/kernel_trace.cpp, a CUPTI
 #     timeline): each kernel's cost in the step, gaps and PDL overlaps included.
-#   runs.sh prefetch: weights into L2 ahead of their GEMV (l2_prefetch): its tests, every engine
-#     test with it on, V4.1 C1 over prefetch budgets and sites.
+#   runs.sh prefetch: weights into L2 ahead of their GEMV (l2_prefetch, runs 3-4; removed after
+#     run 4, so these modes need those commits' builds): its tests, every engine test with it on,
+#     V4.1 C1 over prefetch budgets and sites.
 #   runs.sh ncu-small: the attention scores and the router kernels under Nsight Compute.
 #   runs.sh final: ncu-small, the prefetch's tests, V4.1 C1 over prefetch budgets, the timeline
 #     with the host's runtime calls, in one call.
-#   runs.sh scores: the decode scores tile with staging warps: attention and engine tests, V4.1 C1.
+#   runs.sh scores: the decode scores tile with staging warps (branch scores-staging; not run yet):
+#     attention and engine tests, V4.1 C1 and its timeline.
 #   runs.sh report: the full bench (decode C1 / C4 / C16, prefill 1K..32K) of V4.1 and V4.
 # Outputs under $O; everything ends up in $O/../all.tar.gz (a device call returns few files).
 set -o pipefail
