@@ -16,8 +16,9 @@
 #   runs.sh ncu-small: the attention scores and the router kernels under Nsight Compute.
 #   runs.sh final: ncu-small, the prefetch's tests, V4.1 C1 over prefetch budgets, the timeline
 #     with the host's runtime calls, in one call.
-#   runs.sh scores: the decode scores tile with staging warps (branch scores-staging; not run yet):
-#     attention and engine tests, V4.1 C1 and its timeline.
+#   runs.sh scores: branch latency-kernels (not run yet): the decode scores tile with staging
+#     warps and the router's picks from registers: attention, router and engine tests, V4.1 C1 and
+#     its timeline.
 #   runs.sh report: the full bench (decode C1 / C4 / C16, prefill 1K..32K) of V4.1 and V4.
 # Outputs under $O; everything ends up in $O/../all.tar.gz (a device call returns few files).
 set -o pipefail
@@ -105,7 +106,7 @@ final)  # run 4 in one call (device time was short): ncu-small, the prefetch's t
   sed -n '1,2p;/^host runtime/,/^us cost/p' $O/trace-api-v41.txt | head -80
   ;;
 scores)  # run 5: the decode scores tile with staging warps (16 entries on 2 MMA warps, 4 warps staging)
-  LD_LIBRARY_PATH=$LIBS timeout 90 build/dev/ds41rt_cuda_tests --gtest_filter='CudaAttention*' > $O/attn-tests.log 2>&1
+  LD_LIBRARY_PATH=$LIBS timeout 90 build/dev/ds41rt_cuda_tests --gtest_filter='CudaAttention*:*Router*:*Route*' > $O/attn-tests.log 2>&1
   echo "== attention tests: rc $?"; grep -E '^\[  (PASSED|FAILED)|^\[  FAILED|differ' $O/attn-tests.log | head
   LD_LIBRARY_PATH=$LIBS timeout 120 build/dev/ds41rt_cuda_engine_tests > $O/engine-tests.log 2>&1
   echo "== engine tests: rc $?"; grep -E '^\[  (PASSED|FAILED)|^\[  FAILED' $O/engine-tests.log | head
