@@ -5,8 +5,10 @@ replayed graphs kept (a V4.1 step's attention core runs eagerly between its grap
 each kernel its cost in the step, end minus the previous kernel's end (what removing it would
 save at most; overlaps from programmatic dependent launch make it smaller than its run time), and
 its run time, start to end (under PDL from when its blocks became resident, waiting included).
-Medians over the steps. Usage: trace_table.py ktrace.csv [--sequence N] (N: print the first N
-kernels of a median step in order)"""
+Medians over the steps; also the time inside a step when the GPU runs none of it, its largest
+gaps, and, for a trace made with KTRACE_API, the host's runtime calls up to the largest one.
+Usage: trace_table.py ktrace.csv [--sequence N] (N: print the first N kernels of a median step in
+order)"""
 import csv
 import statistics as st
 import sys
