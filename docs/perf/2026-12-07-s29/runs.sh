@@ -16,9 +16,10 @@
 #   runs.sh ncu-small: the attention scores and the router kernels under Nsight Compute.
 #   runs.sh final: ncu-small, the prefetch's tests, V4.1 C1 over prefetch budgets, the timeline
 #     with the host's runtime calls, in one call.
-#   runs.sh scores: branch latency-kernels (not run yet): the decode scores tile with staging
-#     warps and the router's picks from registers: attention, router and engine tests, V4.1 C1 and
-#     its timeline.
+#   runs.sh scores: branch latency-kernels (not run yet; main's ds41rt bundled as
+#     build/dev/ds41rt-main): the decode scores tile with staging warps, the router's picks from
+#     registers, PDL release before wait: attention, router and engine tests, V4.1 C1 / C4 twice
+#     each way, the branch's timeline.
 #   runs.sh report: the full bench (decode C1 / C4 / C16, prefill 1K..32K) of V4.1 and V4.
 # Outputs under $O; everything ends up in $O/../all.tar.gz (a device call returns few files).
 set -o pipefail
@@ -110,7 +111,10 @@ scores)  # run 5: the decode scores tile with staging warps (16 entries on 2 MMA
   echo "== attention tests: rc $?"; grep -E '^\[  (PASSED|FAILED)|^\[  FAILED|differ' $O/attn-tests.log | head
   LD_LIBRARY_PATH=$LIBS timeout 120 build/dev/ds41rt_cuda_engine_tests > $O/engine-tests.log 2>&1
   echo "== engine tests: rc $?"; grep -E '^\[  (PASSED|FAILED)|^\[  FAILED' $O/engine-tests.log | head
-  bench v41 ds41rt v41 X=1 -- --concurrency 1 --prefill ''
+  for i in 1 2; do  # against main's ds41rt bundled as build/dev/ds41rt-main
+    bench v41-branch$i ds41rt v41 X=1 -- --concurrency 1,4 --prefill ''
+    bench v41-main$i $MAIN v41 X=1 -- --concurrency 1,4 --prefill ''
+  done
   bench v41-traced ds41rt v41 CUDA_INJECTION64_PATH=$PWD/build/dev/lib/libkernel_trace.so KTRACE_OUT=$O/trace-v41.csv -- --concurrency 1 --prefill ''
   python3 tools/device/trace_table.py $O/trace-v41.csv > $O/trace-v41.txt 2>&1; echo "== trace: rc $?"
   grep -E 'graphed steps|scores|route_kernel' $O/trace-v41.txt | head -5
