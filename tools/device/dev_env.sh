@@ -6,7 +6,9 @@
 #   LIBS  LD_LIBRARY_PATH for build/dev's binaries: the bundle's libraries, the NCCL wheel's and
 #         the toolkit's cuBLASLt (loaded at run time by ds41rt bench)
 # and defines bench NAME BINARY MODEL [ENV=VALUE...] -- [ARGS...]: build/dev/BINARY bench of MODEL
-# at $L dummy layers with ENV set, into $O/bench-NAME (and .log); prints its summary lines.
+# at $L dummy layers with ENV set, into $O/bench-NAME (and .log); prints its summary lines; and
+# gtests NAME BINARY TIMEOUT FILTER [ENV=VALUE...]: build/dev/BINARY (a gtest binary; FILTER ''
+# for every test) with ENV set, into $O/NAME.log; prints its rc and its PASSED / FAILED lines.
 export COMMIT=${COMMIT:-unknown} NCCL_NVLS_ENABLE=0
 O=${O:-/tmp/o}
 mkdir -p "$O"
@@ -24,4 +26,10 @@ bench() {
     --commit "$COMMIT-$name" --out "$O/bench-$name" "$@" > "$O/bench-$name.log" 2>&1
   echo "== $name ($model, $L layers): rc $?"
   grep -E '^bench: (decode C|C1 reads|prefill)' "$O/bench-$name.log" | grep -v 'steps, ms'
+}
+gtests() {
+  local name=$1 bin=$2 secs=$3 filter=$4; shift 4
+  env "$@" LD_LIBRARY_PATH=$LIBS timeout "$secs" build/dev/$bin ${filter:+--gtest_filter="$filter"} > "$O/$name.log" 2>&1
+  echo "== $name: rc $?"
+  grep -E '^\[  (PASSED|FAILED)|^\[  FAILED' "$O/$name.log" | head
 }

@@ -27,10 +27,8 @@ source tools/device/dev_env.sh  # COMMIT, O, L, LIBS, bench(); fixtures linked; 
 MAIN=${MAIN:-ds41rt-main}
 case "${1:-ring}" in
 ring)
-  LD_LIBRARY_PATH=$LIBS timeout 150 build/dev/ds41rt_cuda_tests --gtest_filter='Gemv*:MoeRouted*:MoeDecode*:Dense*:CudaAttention.Packed*' > $O/tests.log 2>&1
-  echo "== cuda tests: rc $?"; grep -E '^\[  (PASSED|FAILED)|^\[  FAILED' $O/tests.log
-  LD_LIBRARY_PATH=$LIBS timeout 200 build/dev/ds41rt_cuda_engine_tests > $O/engine-tests.log 2>&1
-  echo "== engine tests: rc $?"; grep -E '^\[  (PASSED|FAILED)|^\[  FAILED' $O/engine-tests.log | head
+  gtests tests ds41rt_cuda_tests 150 'Gemv*:MoeRouted*:MoeDecode*:Dense*:CudaAttention.Packed*'
+  gtests engine-tests ds41rt_cuda_engine_tests 200 ''
   for i in 1 2; do
     bench v41-ring$i ds41rt v41 X=1 -- --concurrency 1 --prefill ''
     bench v41-main$i $MAIN v41 X=1 -- --concurrency 1 --prefill ''
@@ -77,10 +75,8 @@ trace)  # the V4.1 (then V4) C1 step as its graph runs it: kernel_trace.cpp's CU
   ;;
 prefetch)  # (run 3 and 4's binaries; removed after run 4) weights into L2 ahead of their GEMV (DS41RT_L2_PREFETCH_MB / _SITES): its tests, every
   # engine test with it on, V4.1 C1 over budgets and sites
-  LD_LIBRARY_PATH=$LIBS timeout 100 build/dev/ds41rt_cuda_tests --gtest_filter='CudaL2Prefetch*' > $O/l2-tests.log 2>&1
-  echo "== l2 prefetch tests: rc $?"; grep -E '^\[  (PASSED|FAILED)|^\[  FAILED|Failure|bad' $O/l2-tests.log | head
-  DS41RT_L2_PREFETCH_MB=32 LD_LIBRARY_PATH=$LIBS timeout 200 build/dev/ds41rt_cuda_engine_tests > $O/engine-tests-l2.log 2>&1
-  echo "== engine tests, prefetch 32 MB: rc $?"; grep -E '^\[  (PASSED|FAILED)|^\[  FAILED' $O/engine-tests-l2.log | head
+  gtests l2-tests ds41rt_cuda_tests 100 'CudaL2Prefetch*'
+  gtests engine-tests-l2 ds41rt_cuda_engine_tests 200 '' DS41RT_L2_PREFETCH_MB=32
   for mb in ${BUDGETS:-0 8 16 32}; do bench v41-l2-$mb ds41rt v41 DS41RT_L2_PREFETCH_MB=$mb -- --concurrency 1 --prefill ''; done
   for st in 1 2; do bench v41-l2-32-sites$st ds41rt v41 DS41RT_L2_PREFETCH_MB=32 DS41RT_L2_PREFETCH_SITES=$st -- --concurrency 1 --prefill ''; done
   ;;
@@ -97,20 +93,17 @@ ncu-small)  # the attention scores and the router, the two longest latency-bound
 final)  # run 4 in one call (device time was short): ncu-small, the prefetch's tests and engine tests,
   # V4.1 C1 at prefetch 0 / 16 / 32 MB, the V4.1 timeline with the host's calls
   bash "$0" ncu-small
-  LD_LIBRARY_PATH=$LIBS timeout 60 build/dev/ds41rt_cuda_tests --gtest_filter='CudaL2Prefetch*' > $O/l2-tests.log 2>&1
-  echo "== l2 prefetch tests: rc $?"; grep -E '^\[  (PASSED|FAILED)|^\[  FAILED' $O/l2-tests.log | head
-  DS41RT_L2_PREFETCH_MB=32 LD_LIBRARY_PATH=$LIBS timeout 150 build/dev/ds41rt_cuda_engine_tests > $O/engine-tests-l2.log 2>&1
-  echo "== engine tests, prefetch 32 MB: rc $?"; grep -E '^\[  (PASSED|FAILED)|^\[  FAILED' $O/engine-tests-l2.log | head
+  gtests l2-tests ds41rt_cuda_tests 60 'CudaL2Prefetch*'
+  gtests engine-tests-l2 ds41rt_cuda_engine_tests 150 '' DS41RT_L2_PREFETCH_MB=32
   for mb in 0 16 32; do bench v41-l2-$mb ds41rt v41 DS41RT_L2_PREFETCH_MB=$mb -- --concurrency 1 --prefill ''; done
   bench v41-traced-api ds41rt v41 CUDA_INJECTION64_PATH=$PWD/build/dev/lib/libkernel_trace.so KTRACE_OUT=$O/trace-api-v41.csv KTRACE_API=1 -- --concurrency 1 --prefill ''
   python3 tools/device/trace_table.py $O/trace-api-v41.csv > $O/trace-api-v41.txt 2>&1; echo "== trace with host calls: rc $?"
   sed -n '1,2p;/^host runtime/,/^us cost/p' $O/trace-api-v41.txt | head -80
   ;;
 scores)  # run 5: the decode scores tile with staging warps (16 entries on 2 MMA warps, 4 warps staging)
-  LD_LIBRARY_PATH=$LIBS timeout 90 build/dev/ds41rt_cuda_tests --gtest_filter='CudaAttention*:*Router*:*Route*' > $O/attn-tests.log 2>&1
-  echo "== attention tests: rc $?"; grep -E '^\[  (PASSED|FAILED)|^\[  FAILED|differ' $O/attn-tests.log | head
-  LD_LIBRARY_PATH=$LIBS timeout 120 build/dev/ds41rt_cuda_engine_tests > $O/engine-tests.log 2>&1
-  echo "== engine tests: rc $?"; grep -E '^\[  (PASSED|FAILED)|^\[  FAILED' $O/engine-tests.log | head
+  gtests attn-tests ds41rt_cuda_tests 90 'CudaAttention*:*Router*:*Route*'
+  grep -E 'differ' $O/attn-tests.log | head -5
+  gtests engine-tests ds41rt_cuda_engine_tests 120 ''
   for i in 1 2; do  # against main's ds41rt bundled as build/dev/ds41rt-main
     bench v41-branch$i ds41rt v41 X=1 -- --concurrency 1,4 --prefill ''
     bench v41-main$i $MAIN v41 X=1 -- --concurrency 1,4 --prefill ''
