@@ -267,37 +267,60 @@ __device__ __forceinline__ xref_operands<NT> load_x(const x_lane<NT, uint4> &L, 
 // its loads and registers: six experts' w1 + w3 at M = 16 then ran 68 -> 79 us, H200 2026-12-01.)
 // ONE: the item has one token (M = 1), whose sums are acc[0][0] and acc[0][2] (token 2q of lanes
 // q = 0); the other two are left at zero, which stores and partial sums of M = 1 ignore or add.
+// DS41RT_GEMV_PROBE (benchmark builds only; wrong sums): bit 1 replaces the weights' conversions
+// (MXFP4 decode, FP8 cvt) by one mask a word, bit 2 x's, so a probe build's time says what the
+// conversions cost a launch (is the kernel bound by its instruction issue or by its memory?).
+#ifndef DS41RT_GEMV_PROBE
+#define DS41RT_GEMV_PROBE 0
+#endif
+constexpr uint32_t PROBE_MASK = 0x3c003c00u;  // finite fp16 pairs, whatever the bits
+
 template <bool FP4, int NT, bool ONE>
 __device__ __forceinline__ void kblock(uint2 la, uint2 lb, float sa, float sb, const x8_operands<NT> &o,
                                        float (&acc)[NT][4]) {
     float d[NT][4] = {};
     uint32_t a[4];  // a[0], a[2]: row ra; a[1], a[3]: row rb
+    constexpr bool PW = DS41RT_GEMV_PROBE & 1, PX = DS41RT_GEMV_PROBE & 2;
+    auto x_pair = [](uint32_t four, uint32_t &b0, uint32_t &b1) {
+        if constexpr (PX) b0 = b1 = four & PROBE_MASK;
+        else fp8x4_to_h2x2(four, b0, b1);
+    };
     if constexpr (FP4) {
         // Weights straight to fp16 pairs: the first MMA takes k 8q + {0, 2, 1, 3}, the second
         // 8q + {4, 6, 5, 7}; x's bytes are permuted to the same pairs before their cvt. (Through
         // E4M3 bytes the weights took 9 integer ops and 4 cvt per 8 codes.)
         uint32_t wa[4], wb[4];
-        e2m1x8_to_h2x4(la.x, wa);
-        e2m1x8_to_h2x4(lb.x, wb);
+        if constexpr (PW) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) wa[i] = la.x & PROBE_MASK, wb[i] = lb.x & PROBE_MASK;
+        } else {
+            e2m1x8_to_h2x4(la.x, wa);
+            e2m1x8_to_h2x4(lb.x, wb);
+        }
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             a[0] = wa[h], a[2] = wa[h + 2], a[1] = wb[h], a[3] = wb[h + 2];
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
                 uint32_t b[2];
-                fp8x4_to_h2x2(__byte_perm(o.x[nt].x, o.x[nt].y, h ? 0x7564 : 0x3120), b[0], b[1]);
+                x_pair(PX ? (h ? o.x[nt].y : o.x[nt].x) : __byte_perm(o.x[nt].x, o.x[nt].y, h ? 0x7564 : 0x3120), b[0], b[1]);
                 mma_f16(d[nt], a, b[0], b[1]);
             }
         }
     } else {  // first k 8q .. 8q+3, then 8q+4 .. 8q+7
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            fp8x4_to_h2x2(h ? la.y : la.x, a[0], a[2]);
-            fp8x4_to_h2x2(h ? lb.y : lb.x, a[1], a[3]);
+            if constexpr (PW) {
+                const uint32_t wa4 = h ? la.y : la.x, wb4 = h ? lb.y : lb.x;
+                a[0] = a[2] = wa4 & PROBE_MASK, a[1] = a[3] = wb4 & PROBE_MASK;
+            } else {
+                fp8x4_to_h2x2(h ? la.y : la.x, a[0], a[2]);
+                fp8x4_to_h2x2(h ? lb.y : lb.x, a[1], a[3]);
+            }
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
                 uint32_t b[2];
-                fp8x4_to_h2x2(h ? o.x[nt].y : o.x[nt].x, b[0], b[1]);
+                x_pair(h ? o.x[nt].y : o.x[nt].x, b[0], b[1]);
                 mma_f16(d[nt], a, b[0], b[1]);
             }
         }

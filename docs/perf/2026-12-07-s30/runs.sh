@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Session 30's device runs (from the repository root on the device machine, with build/dev.tar.xz
+# from tools/device/bundle.sh carried along and unpacked); see docs/perf/2026-12-07-session30.md.
+#   runs.sh scores: branch latency-kernels (main's ds41rt bundled as build/dev/ds41rt-main): the
+#     decode scores tile with staging warps, the router's picks from registers, PDL release before
+#     wait: attention, router and engine tests, V4.1 C1 / C4 twice each way, the branch's timeline.
+#   runs.sh split: the routed experts' K slicing in the whole step: MXFP4 GEMVs at fewer, longer
+#     slices (DS41RT_GEMV_FP4_WAVES below the default 2; DS41RT_GEMV_MIN_KB of whole rows), V4.1 C1 / C4.
+#   runs.sh routed-src: the routed MXFP4 GEMVs (up and down) under Nsight Compute's source view:
+#     each SASS instruction's issue and stall samples (the instruction mix per stage).
+#   runs.sh probe: ds41rt_cuda_bench quick (the decode GEMVs alone) built four ways from main + the
+#     DS41RT_GEMV_PROBE knob (gemv_kernel.cuh; wrong sums): p0 as is, p1 without the weights'
+#     conversions, p2 without x's, p3 without both: whether the GEMVs are bound by instruction issue.
+#   runs.sh report: the full bench (decode C1 / C4 / C16, prefill 1K..32K) of V4.1 and V4.
+# Several modes in one call: runs.sh scores split. Outputs under $O; everything ends up in
+# $O/../all.tar.gz (a device call returns few files).
+set -o pipefail
+source tools/device/dev_env.sh  # COMMIT, O, L, LIBS, bench(), gtests(); fixtures linked; the card printed
+MAIN=${MAIN:-ds41rt-main}
+for mode in "${@:-scores}"; do
+echo "######## $mode"
+case "$mode" in
+scores)
+  gtests attn-tests ds41rt_cuda_tests 90 'CudaAttention*:*Router*:*Route*'
+  grep -E 'differ' $O/attn-tests.log | head -5
+  gtests engine-tests ds41rt_cuda_engine_tests 150 ''
+  for i in 1 2; do  # against main's ds41rt bundled as build/dev/ds41rt-main
+    bench v41-branch$i ds41rt v41 X=1 -- --concurrency 1,4 --prefill ''
+    bench v41-main$i $MAIN v41 X=1 -- --concurrency 1,4 --prefill ''
+  done
+  bench v41-traced ds41rt v41 CUDA_INJECTION64_PATH=$PWD/build/dev/lib/libkernel_trace.so KTRACE_OUT=$O/trace-v41.csv -- --concurrency 1 --prefill ''
+  python3 tools/device/trace_table.py $O/trace-v41.csv > $O/trace-v41.txt 2>&1; echo "== trace: rc $?"
+  grep -E 'graphed steps|scores|route_kernel|moe_routed_mxfp4' $O/trace-v41.txt | head -6
+  ;;
+split)
+  for w in 1 0.5 0.25; do bench v41-fp4waves$w ds41rt v41 DS41RT_GEMV_FP4_WAVES=$w -- --concurrency 1,4 --prefill ''; done
+  bench v41-minkb72 ds41rt v41 DS41RT_GEMV_MIN_KB=72 -- --concurrency 1,4 --prefill ''
+  bench v41-fp4waves0.5-traced ds41rt v41 DS41RT_GEMV_FP4_WAVES=0.5 CUDA_INJECTION64_PATH=$PWD/build/dev/lib/libkernel_trace.so \
+    KTRACE_OUT=$O/trace-fp4w05.csv -- --concurrency 1 --prefill ''
+  python3 tools/device/trace_table.py $O/trace-fp4w05.csv > $O/trace-fp4w05.txt 2>&1; echo "== trace: rc $?"
+  grep -E 'graphed steps|moe_routed_mxfp4' $O/trace-fp4w05.txt | head -4
+  ;;
+routed-src)
+  LD_LIBRARY_PATH=$LIBS timeout 150 /usr/local/cuda/bin/ncu --clock-control none --kernel-name-base function \
+    -k regex:'moe_routed_mxfp4' --launch-skip 8 --launch-count 2 --import-source yes \
+    --section SpeedOfLight --section SourceCounters --section WarpStateStats --section Occupancy --section LaunchStats \
+    -o $O/routed -f build/dev/ds41rt bench --model-type v41 --layers 2 --concurrency 1 --prefill '' --decode-steps 8 \
+    --out $O/ncu-bench > $O/routed-ncu.log 2>&1
+  echo "== routed ncu: rc $?"
+  /usr/local/cuda/bin/ncu -i $O/routed.ncu-rep --print-summary none > $O/routed.txt 2>&1
+  grep -E '^  [a-z_]|Duration|Grid Size|Registers|Achieved Occ|Warp Cycles Per Issued|Issued Warp' $O/routed.txt | head -20
+  /usr/local/cuda/bin/ncu -i $O/routed.ncu-rep --page source --csv --print-source sass > $O/routed-src.csv 2>&1
+  echo "== source page: rc $?, $(wc -l < $O/routed-src.csv) lines"
+  ;;
+probe)
+  for p in 0 1 2 3; do
+    LD_LIBRARY_PATH=$LIBS timeout 100 build/dev/ds41rt_cuda_bench-p$p $O/probe$p quick > $O/probe$p.log 2>&1
+    echo "== probe p$p: rc $?"; grep -E ' M1 |copy bandwidth' $O/probe$p.log
+  done
+  ;;
+report)
+  bench v41 ds41rt v41 X=1 -- --concurrency 1,4,16
+  bench v4 ds41rt v4 X=1 -- --concurrency 1,4,16
+  for n in v41 v4; do echo "---- $n"; sed -n '/^| concurrency/,/^$/p;/^| section/,/^$/p' $O/bench-$n/bench.md; done
+  ;;
+*) echo "unknown mode $mode" ;;
+esac
+done
