@@ -11,6 +11,9 @@
 #   runs.sh probe: ds41rt_cuda_bench quick (the decode GEMVs alone) built four ways from main + the
 #     DS41RT_GEMV_PROBE knob (gemv_kernel.cuh; wrong sums): p0 as is, p1 without the weights'
 #     conversions, p2 without x's, p3 without both: whether the GEMVs are bound by instruction issue.
+#   runs.sh engram: branch engram-device (main's ds41rt bundled as build/dev/ds41rt-main): V4.1's
+#     Engram ids hashed on the device, the lookup inside the graph pieces: every engine test
+#     (CudaEngramHash, GpuVsCpu among them), V4.1 C1 / C4 twice each way.
 #   runs.sh report: the full bench (decode C1 / C4 / C16, prefill 1K..32K) of V4.1 and V4.
 # Several modes in one call: runs.sh scores split. Outputs under $O; everything ends up in
 # $O/../all.tar.gz (a device call returns few files).
@@ -56,6 +59,14 @@ probe)
   for p in 0 1 2 3; do
     LD_LIBRARY_PATH=$LIBS timeout 100 build/dev/ds41rt_cuda_bench-p$p $O/probe$p quick > $O/probe$p.log 2>&1
     echo "== probe p$p: rc $?"; grep -E ' M1 |copy bandwidth' $O/probe$p.log
+  done
+  ;;
+engram)
+  gtests engine-tests-engram ds41rt_cuda_engine_tests 200 ''
+  grep -E 'EngramHash|GpuVsCpu' $O/engine-tests-engram.log | grep -E 'OK|FAILED' | head -40
+  for i in 1 2; do
+    bench v41-engram$i ds41rt v41 X=1 -- --concurrency 1,4 --prefill ''
+    bench v41-main$i $MAIN v41 X=1 -- --concurrency 1,4 --prefill ''
   done
   ;;
 report)
