@@ -300,7 +300,8 @@ __global__ void __launch_bounds__(32 * NWM * NWN, tile_min_blocks(NWM * NWN))
 // NWT warps of the CTA stage and decode the rows first. At a decode row the kernel is a chain of
 // instructions per warp (ncu, H100, session 29: 16 CTAs, ~6,600 instructions a warp at 0.21 issued
 // per scheduler, 18 us; half of them the packed keys' decode), so the decode tile takes 16 entries
-// on 2 MMA warps with 4 warps staging: twice the CTAs, a third of each warp's staging and decode.
+// on 2 MMA warps with 4 warps staging: twice the CTAs, each warp staging 8 rows, not 12, and
+// decoding 4 keys, not 8.
 __host__ __device__ constexpr int whole_pitch(int hd) { return (hd + 31) / 32 * 32 + 4; }
 template <int WM, int WN, int NWM, int NWN>
 constexpr size_t scores_whole_smem(int hd) {
