@@ -296,18 +296,24 @@ __global__ void __launch_bounds__(32 * NWM * NWN, tile_min_blocks(NWM * NWN))
 // chain, ~15 us at R = 1 on the H200), while here every copy of the tile is in flight at once.
 // Pitch = (hd rounded up to 32) + 4 floats: 4 mod 32, so the 32 lanes of a fragment read (rows g,
 // columns t) hit 32 banks; the columns past hd are zeros, the zero-padded steps of scores_kernel.
-// Warps of the CTA each take 8 WM heads x 8 WN entries (WM = 2: one m16n8k4 a step on sm_90).
+// NWM x NWN warps each take 8 WM heads x 8 WN entries (WM = 2: one m16n8k4 a step on sm_90); all
+// NWT warps of the CTA stage and decode the rows first. At a decode row the kernel is a chain of
+// instructions per warp (ncu, H100, session 29: 16 CTAs, ~6,600 instructions a warp at 0.21 issued
+// per scheduler, 18 us; half of them the packed keys' decode), so the decode tile takes 16 entries
+// on 2 MMA warps with 4 warps staging: twice the CTAs, each warp staging 8 rows, not 12, and
+// decoding 4 keys, not 8.
 __host__ __device__ constexpr int whole_pitch(int hd) { return (hd + 31) / 32 * 32 + 4; }
 template <int WM, int WN, int NWM, int NWN>
 constexpr size_t scores_whole_smem(int hd) {
     return size_t(8 * WM * NWM + 8 * WN * NWN) * whole_pitch(hd) * sizeof(float);
 }
 
-template <int WM, int WN, int NWM, int NWN>
-__global__ void __launch_bounds__(32 * NWM * NWN)
+template <int WM, int WN, int NWM, int NWN, int NWT>
+__global__ void __launch_bounds__(32 * NWT)
     scores_whole_kernel(const float *q, const float *const *keys, int H, int L, int hd, float scale, int Lp, float *sc) {
+    static_assert(NWT >= NWM * NWN, "every MMA warp stages too");
     pdl_enter();
-    constexpr int HS = 8 * WM * NWM, KS = 8 * WN * NWN, NW = NWM * NWN;
+    constexpr int HS = 8 * WM * NWM, KS = 8 * WN * NWN, NW = NWT;
     extern __shared__ __align__(16) float smem_f[];
     const int P = whole_pitch(hd), C = P / 4 - 1;  // float4 columns staged per row (hd rounded up to 32)
     float *q_s = smem_f, *k_s = smem_f + HS * P;
@@ -363,6 +369,7 @@ __global__ void __launch_bounds__(32 * NWM * NWN)
         }
         __syncthreads();
     }
+    if (warp >= NWM * NWN) return;  // staging only
     const int g = lane >> 2, t = lane & 3;
     const int wm0 = (warp % NWM) * 8 * WM, wn0 = (warp / NWM) * 8 * WN;
     const float *qa_p[WM], *kb_p[WN];
@@ -718,9 +725,9 @@ Status run_attention(const attention_batch &b, cudaStream_t stream) {
         DS41RT_RETURN_IF_ERROR(launch_tiles(scores_kernel<4, 4, 2, 2, 32>, scores_smem<4, 4, 2, 2, 32>(),
                                             dim3(unsigned(p.Lp / 64), unsigned((b.H + 63) / 64), unsigned(b.R)), 128, stream, b.q,
                                             b.keys, b.H, b.L, b.hd, b.scale, p.Lp, sc));
-    } else if (scores_whole_smem<2, 1, 1, 4>(b.hd) <= size_t(current_smem_optin())) {
-        DS41RT_RETURN_IF_ERROR(launch_tiles(scores_whole_kernel<2, 1, 1, 4>, scores_whole_smem<2, 1, 1, 4>(b.hd),
-                                            dim3(unsigned(p.Lp / 32), unsigned((b.H + 15) / 16), unsigned(b.R)), 128, stream,
+    } else if (scores_whole_smem<2, 1, 1, 2>(b.hd) <= size_t(current_smem_optin())) {
+        DS41RT_RETURN_IF_ERROR(launch_tiles(scores_whole_kernel<2, 1, 1, 2, 4>, scores_whole_smem<2, 1, 1, 2>(b.hd),
+                                            dim3(unsigned(p.Lp / 16), unsigned((b.H + 15) / 16), unsigned(b.R)), 128, stream,
                                             b.q, b.keys, b.H, b.L, b.hd, b.scale, p.Lp, sc));
     } else {
         DS41RT_RETURN_IF_ERROR(launch_tiles(scores_kernel<1, 4, 1, 1, 32>, scores_smem<1, 4, 1, 1, 32>(),
