@@ -595,12 +595,49 @@ constexpr size_t pv_smem() {
     return (size_t(8 * WM * NWM) * pitch_of(BLK) + size_t(BLK) * pitch_of(8 * WN * NWN)) * sizeof(double);
 }
 
-// A tile kernel with smem bytes of dynamic shared memory; the opt-in above 48 KB is set on every
-// call (it is per device, and a host call, so it is also legal while the stream is captured).
+// The device facts and kernel attributes a launch needs, each asked of the runtime once per device
+// (per kernel): a decode step's first attention cores are issued while the GPU waits for them
+// (session 29's host trace: each core's launches came with three cudaGetDevice, two attribute
+// queries and two cudaFuncSetAttribute calls).
+struct device_facts {
+    int sms = 1, optin = 48 * 1024;
+};
+
+const device_facts &current_facts() {
+    static std::mutex mu;
+    static std::map<int, device_facts> by_device;
+    int dev = 0;
+    (void)cudaGetDevice(&dev);
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = by_device.find(dev);
+    if (it != by_device.end()) return it->second;
+    device_facts f;
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0) f.sms = n;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess && n > 0) f.optin = n;
+    return by_device.emplace(dev, f).first->second;
+}
+
+// Raises a kernel's dynamic shared-memory opt-in to at least smem bytes on the current device; a
+// host call (legal while the stream is captured), made only when the kernel's opt-in on this
+// device is below smem.
+Status ensure_smem_optin(const void *kernel, size_t smem) {
+    static std::mutex mu;
+    static std::map<std::pair<const void *, int>, size_t> set;
+    int dev = 0;
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+    std::lock_guard<std::mutex> lock(mu);
+    size_t &have = set[{kernel, dev}];
+    if (have >= smem) return Status::ok();
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    have = smem;
+    return Status::ok();
+}
+
+// A tile kernel with smem bytes of dynamic shared memory (the opt-in above 48 KB raised once).
 template <class... P, class... A>
 Status launch_tiles(void (*kernel)(P...), size_t smem, dim3 grid, int threads, cudaStream_t stream, A &&...args) {
-    if (smem > 48 * 1024)
-        DS41RT_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    if (smem > 48 * 1024) DS41RT_RETURN_IF_ERROR(ensure_smem_optin(reinterpret_cast<const void *>(kernel), smem));
     DS41RT_CUDA_RETURN_IF_ERROR(launch_pdl(kernel, grid, unsigned(threads), smem, stream, std::forward<A>(args)...));
     return Status::ok();
 }
@@ -613,20 +650,10 @@ struct attention_plan {
     size_t part = 0, sc = 0, rescale = 0, den = 0, bytes = 0;  // offsets in floats (part: fp64); bytes in total
 };
 
-int current_sm_count() {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-        return 1;
-    return std::max(n, 1);
-}
+int current_sm_count() { return current_facts().sms; }
 
 // The largest dynamic shared memory a block may opt in to on the current device.
-int current_smem_optin() {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-        return 48 * 1024;
-    return n;
-}
+int current_smem_optin() { return current_facts().optin; }
 
 attention_plan make_plan(const attention_batch &b, int sms) {
     attention_plan p;
