@@ -25,10 +25,10 @@
 //
 // Decode steps of up to 16 rows replay CUDA graphs of their fixed-shape pieces (step_bufs.h,
 // step_graphs.h): per layer the output projection, the FFN site and the MoE, with the next layer's
-// attention site (mHC and projections) in the same graph unless an Engram lookup sits between
-// them, and the Engram lookup before a site whose layer has one (its n-gram ids hashed on the device
-// at the step's start); the attention core (compressor, indexer, key lists, attention, ring), whose
-// lengths change every step, runs eagerly between the graphs.
+// attention site (its Engram lookup where it has one, whose n-gram ids were hashed on the device at
+// the step's start; mHC and projections) in the same graph; the attention core (compressor,
+// indexer, key lists, attention, ring), whose lengths change every step, runs eagerly between the
+// graphs.
 #include "engine/cuda/v41_gpu.h"
 
 #include <algorithm>
