@@ -14,6 +14,10 @@
 #   runs.sh engram: branch engram-device (main's ds41rt bundled as build/dev/ds41rt-main): V4.1's
 #     Engram ids hashed on the device, the lookup inside the graph pieces: every engine test
 #     (CudaEngramHash, GpuVsCpu among them), V4.1 C1 / C4 twice each way.
+#   runs.sh candidate: branch candidate-s30 (main + latency-kernels + engram-device + one-sync;
+#     main's ds41rt bundled as build/dev/ds41rt-main): every GPU op test and every engine test,
+#     V4.1 C1 / C4 twice each way, V4 once each way, the candidate's timeline. If a test fails,
+#     the branches' own modes (scores, engram) tell which.
 #   runs.sh report: the full bench (decode C1 / C4 / C16, prefill 1K..32K) of V4.1 and V4.
 # Several modes in one call: runs.sh scores split. Outputs under $O; everything ends up in
 # $O/../all.tar.gz (a device call returns few files).
@@ -68,6 +72,19 @@ engram)
     bench v41-engram$i ds41rt v41 X=1 -- --concurrency 1,4 --prefill ''
     bench v41-main$i $MAIN v41 X=1 -- --concurrency 1,4 --prefill ''
   done
+  ;;
+candidate)
+  gtests tests ds41rt_cuda_tests 240 ''
+  gtests engine-tests ds41rt_cuda_engine_tests 200 ''
+  for i in 1 2; do
+    bench v41-cand$i ds41rt v41 X=1 -- --concurrency 1,4 --prefill ''
+    bench v41-main$i $MAIN v41 X=1 -- --concurrency 1,4 --prefill ''
+  done
+  bench v4-cand ds41rt v4 X=1 -- --concurrency 1,4 --prefill ''
+  bench v4-main $MAIN v4 X=1 -- --concurrency 1,4 --prefill ''
+  bench v41-traced ds41rt v41 CUDA_INJECTION64_PATH=$PWD/build/dev/lib/libkernel_trace.so KTRACE_OUT=$O/trace-v41.csv -- --concurrency 1 --prefill ''
+  python3 tools/device/trace_table.py $O/trace-v41.csv > $O/trace-v41.txt 2>&1; echo "== trace: rc $?"
+  head -30 $O/trace-v41.txt
   ;;
 report)
   bench v41 ds41rt v41 X=1 -- --concurrency 1,4,16
