@@ -18,6 +18,10 @@
 #     main's ds41rt bundled as build/dev/ds41rt-main): every GPU op test and every engine test,
 #     V4.1 C1 / C4 twice each way, V4 once each way, the candidate's timeline. If a test fails,
 #     the branches' own modes (scores, engram) tell which.
+#   runs.sh async: branch async-gpu (candidate-s30 + decode steps issued ahead), bundled as
+#     build/dev/ds41rt-async and ds41rt_cuda_engine_tests-async: every engine test (the issued-ahead
+#     twin GpuLogitRows.GpuEngineStepsIssuedAheadPickAsStepSampled among them), V4.1 and V4 C1 / C4
+#     with the bench's "issued ahead" timing beside the usual one.
 #   runs.sh report: the full bench (decode C1 / C4 / C16, prefill 1K..32K) of V4.1 and V4.
 # Several modes in one call: runs.sh scores split. Outputs under $O; everything ends up in
 # $O/../all.tar.gz (a device call returns few files).
@@ -85,6 +89,11 @@ candidate)
   bench v41-traced ds41rt v41 CUDA_INJECTION64_PATH=$PWD/build/dev/lib/libkernel_trace.so KTRACE_OUT=$O/trace-v41.csv -- --concurrency 1 --prefill ''
   python3 tools/device/trace_table.py $O/trace-v41.csv > $O/trace-v41.txt 2>&1; echo "== trace: rc $?"
   head -30 $O/trace-v41.txt
+  ;;
+async)
+  gtests engine-tests-async ds41rt_cuda_engine_tests-async 200 ''
+  grep -E 'IssuedAhead|EngramHash' $O/engine-tests-async.log | grep -E 'OK|FAILED' | head
+  for m in v41 v4; do bench $m-async ds41rt-async $m X=1 -- --concurrency 1,4 --prefill ''; done
   ;;
 report)
   bench v41 ds41rt v41 X=1 -- --concurrency 1,4,16
