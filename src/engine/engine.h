@@ -172,8 +172,8 @@ protected:
     void forget_pick(seq_id s) { last_pick_.erase(s); }
 
 private:
-    std::map<seq_id, int32_t> last_pick_;               // each sequence's last pick (issue_sampled)
-    std::deque<std::vector<sample_result>> issued_;     // picks of the issued steps, oldest first
+    std::map<seq_id, int32_t> last_pick_;            // each sequence's last pick (issue_sampled)
+    std::deque<std::vector<sample_result>> issued_;  // picks of the issued steps, oldest first
 };
 
 }  // namespace ds41rt::engine

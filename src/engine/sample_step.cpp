@@ -42,7 +42,7 @@ Status engine::issue_sampled(const std::vector<step_input> &inputs) {
             auto it = last_pick_.find(i.seq);
             if (it == last_pick_.end())
                 return Status::invalid_argument("sequence " + std::to_string(i.seq) +
-                                                   ": a PREVIOUS_PICK token, but no issued step sampled it");
+                                                ": a PREVIOUS_PICK token, but no issued step sampled it");
             t = it->second;
         }
     std::vector<Tensor> logits;

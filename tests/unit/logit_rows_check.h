@@ -163,8 +163,6 @@ inline void check_sampled_step(engine::engine &e) {
     for (auto &in : dev) e.free_sequence(in.seq);
 }
 
-// A check on the tiny synthesized V4.1 model, opened with o; skips where o's backend is not
-// available (no GPU).
 // Steps issued ahead (engine::issue_sampled / collect_sampled) against step_sampled with the picks
 // fed back by the host: three sequences (greedy; temperature with top_p and logprobs; temperature
 // with top_k), a prompt and seven decode steps, each decode step issued with PREVIOUS_PICK tokens
@@ -245,6 +243,8 @@ inline void check_issued_steps(engine::engine &e) {
     e.free_sequence(fresh);
 }
 
+// A check on the tiny synthesized V4.1 model, opened with o; skips where o's backend is not
+// available (no GPU).
 template <class Check>
 inline void on_tiny_model(const engine::engine_options &o, const std::string &tag, Check &&check) {
     namespace fs = std::filesystem;
