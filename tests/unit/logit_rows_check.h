@@ -165,21 +165,15 @@ inline void check_sampled_step(engine::engine &e) {
 
 // Steps issued ahead (engine::issue_sampled / collect_sampled) against step_sampled with the picks
 // fed back by the host: three sequences (greedy; temperature with top_p and logprobs; temperature
-// with top_k), a prompt and seven decode steps, each decode step issued with PREVIOUS_PICK tokens
-// before the previous step's picks are collected. The tokens (and logprobs) must be the same, step
-// for step. Then the refusals: a PREVIOUS_PICK of a sequence that has no pick, a collect with
-// nothing issued.
+// with top_k and min_p), a prompt and seven decode steps, each decode step issued with
+// PREVIOUS_PICK tokens before the previous step's picks are collected. The tokens (and logprobs)
+// must be the same, step for step. Then the refusals: a PREVIOUS_PICK of a sequence that has no
+// pick, a collect with nothing issued.
 inline void check_issued_steps(engine::engine &e) {
-    std::vector<engine::sample_spec> chains(3);
-    chains[1].p.greedy = false;
-    chains[1].p.inv_temperature = 1.0f / 0.8f;
-    chains[1].p.top_p = 0.9f;
-    chains[1].logprobs = true;
-    chains[1].top_logprobs = 3;
-    chains[2].p.greedy = false;
-    chains[2].p.inv_temperature = 1.0f / 1.2f;
-    chains[2].p.top_k = 20;
-    for (size_t i = 0; i < chains.size(); i++) chains[i].seed = 77 + i;
+    // sample_chains' greedy, top_p and top_k / min_p chains: the ones without penalties or masks,
+    // whose counts and masks the caller could not know before a pick reaches the host.
+    const std::vector<engine::sample_spec> all = sample_chains();
+    const std::vector<engine::sample_spec> chains = {all[0], all[2], all[3]};
     const std::vector<int32_t> prompt = {3, 141, 59, 26, 5, 358, 97, 93, 238, 46, 264, 33};
     constexpr int STEPS = 8;  // the prompt, then seven decode steps
     const size_t k = chains.size();
