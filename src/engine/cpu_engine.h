@@ -21,7 +21,10 @@ public:
         seqs_[id] = new_state();
         return id;
     }
-    void free_sequence(seq_id s) override { seqs_.erase(s); }
+    void free_sequence(seq_id s) override {
+        seqs_.erase(s);
+        this->forget_pick(s);
+    }
     int64_t sequence_length(seq_id s) const override {
         auto it = seqs_.find(s);
         return it == seqs_.end() ? -1 : it->second.len;

@@ -13,6 +13,8 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -85,6 +87,10 @@ struct sample_result {
     std::vector<backend::cpu::id_logprob> top;
 };
 
+// A step_input token standing for the pick its sequence's last SAMPLE row drew in an issued step
+// (engine::issue_sampled), which may not have reached the host yet.
+inline constexpr int32_t PREVIOUS_PICK = -2;
+
 struct step_input {
     seq_id seq = -1;
     std::vector<int32_t> tokens;  // appended at the sequence's current length
@@ -132,6 +138,19 @@ public:
     virtual Status step_sampled(const std::vector<step_input> &inputs, std::vector<Tensor> *logits,
                                 std::vector<sample_result> *sampled);
 
+    // Decode steps issued ahead, as an asynchronous scheduler runs them: issue_sampled() is
+    // step_sampled() for inputs that may hold PREVIOUS_PICK tokens, and returns once the step is
+    // issued; collect_sampled() waits for the picks of the oldest issued step not yet collected
+    // ((*sampled)[i] as step_sampled gives them). A caller that issues step N + 1 before it collects
+    // step N keeps the device busy while the host handles step N's picks and prepares the next
+    // inputs. This base runs each step whole in issue_sampled, PREVIOUS_PICK taken from the picks
+    // it kept; an engine with a device sampler may leave the step running and read those picks on
+    // the device. INVALID_ARGUMENT: a PREVIOUS_PICK whose sequence has no pick, or a collect
+    // with nothing issued. A failed issue leaves nothing issued; its sequences are as after a
+    // failed step().
+    virtual Status issue_sampled(const std::vector<step_input> &inputs);
+    virtual Status collect_sampled(std::vector<sample_result> *sampled);
+
     // Section times since the last reset, when profiling (engine_options::profile, or
     // set_profile). The GPU engines also report "host.issue": the host's wall time from a step's
     // start to its last launch, profiling or not (a step whose host.issue is its whole time is
@@ -147,6 +166,14 @@ public:
     // GPU engines: replay decode steps' fixed-shape pieces from CUDA graphs (the default) or
     // launch every kernel eagerly.
     virtual void set_cuda_graphs(bool) {}
+
+protected:
+    // free_sequence's part for the issued steps: the sequence's kept pick goes.
+    void forget_pick(seq_id s) { last_pick_.erase(s); }
+
+private:
+    std::map<seq_id, int32_t> last_pick_;            // each sequence's last pick (issue_sampled)
+    std::deque<std::vector<sample_result>> issued_;  // picks of the issued steps, oldest first
 };
 
 }  // namespace ds41rt::engine

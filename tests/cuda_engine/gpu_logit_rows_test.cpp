@@ -21,5 +21,12 @@ TEST(GpuLogitRows, GpuEngineSamplesOnTheDeviceAsTheHost) {
     testing_util::on_tiny_model(o, "gpu_sampled_step", testing_util::check_sampled_step);
 }
 
+// Steps issued ahead (issue_sampled / collect_sampled) pick what step_sampled picks.
+TEST(GpuLogitRows, GpuEngineStepsIssuedAheadPickAsStepSampled) {
+    engine::engine_options o;
+    o.backend = engine::backend_kind::CUDA;
+    testing_util::on_tiny_model(o, "gpu_issued_steps", testing_util::check_issued_steps);
+}
+
 }  // namespace
 }  // namespace ds41rt

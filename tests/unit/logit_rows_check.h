@@ -4,7 +4,8 @@
 // row bit for bit and NONE no rows, and the three states must continue alike (a decode step each,
 // all asking LAST: the same bits). On the GPU engine the step is one batch, so LAST and NONE rows
 // are gathered out of it before the head. And SAMPLE rows (check_sampled_step): the engine's picks
-// are the host sampler's from the same rows.
+// are the host sampler's from the same rows; steps issued ahead (check_issued_steps) pick what
+// step_sampled picks.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -160,6 +161,80 @@ inline void check_sampled_step(engine::engine &e) {
     EXPECT_EQ(out[0].dim(0), 1);
     for (auto &in : ref) e.free_sequence(in.seq);
     for (auto &in : dev) e.free_sequence(in.seq);
+}
+
+// Steps issued ahead (engine::issue_sampled / collect_sampled) against step_sampled with the picks
+// fed back by the host: three sequences (greedy; temperature with top_p and logprobs; temperature
+// with top_k and min_p), a prompt and seven decode steps, each decode step issued with
+// PREVIOUS_PICK tokens before the previous step's picks are collected. The tokens (and logprobs)
+// must be the same, step for step. Then the refusals: a PREVIOUS_PICK of a sequence that has no
+// pick, a collect with nothing issued.
+inline void check_issued_steps(engine::engine &e) {
+    // sample_chains' greedy, top_p and top_k / min_p chains: the ones without penalties or masks,
+    // whose counts and masks the caller could not know before a pick reaches the host.
+    const std::vector<engine::sample_spec> all = sample_chains();
+    const std::vector<engine::sample_spec> chains = {all[0], all[2], all[3]};
+    const std::vector<int32_t> prompt = {3, 141, 59, 26, 5, 358, 97, 93, 238, 46, 264, 33};
+    constexpr int STEPS = 8;  // the prompt, then seven decode steps
+    const size_t k = chains.size();
+    auto inputs = [&](const std::vector<engine::seq_id> &seqs, int step, const std::vector<int32_t> *last) {
+        std::vector<engine::step_input> in;
+        for (size_t i = 0; i < k; i++) {
+            engine::sample_spec sp = chains[i];
+            sp.position = step;
+            std::vector<int32_t> t = step == 0 ? prompt : std::vector<int32_t>{last ? (*last)[i] : engine::PREVIOUS_PICK};
+            in.push_back({seqs[i], t, engine::logit_rows::SAMPLE, sp});
+        }
+        return in;
+    };
+    // Reference: each step's picks to the host, then fed back.
+    std::vector<engine::seq_id> ref, ahead;
+    for (size_t i = 0; i < k; i++) ref.push_back(e.create_sequence()), ahead.push_back(e.create_sequence());
+    std::vector<std::vector<engine::sample_result>> want;
+    std::vector<Tensor> logits;
+    std::vector<int32_t> last;
+    for (int step = 0; step < STEPS; step++) {
+        std::vector<engine::sample_result> picks;
+        Status st = e.step_sampled(inputs(ref, step, step ? &last : nullptr), &logits, &picks);
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        last.clear();
+        for (const auto &p : picks) last.push_back(p.token);
+        want.push_back(std::move(picks));
+    }
+    // Ahead: step N + 1 issued before step N is collected.
+    std::vector<std::vector<engine::sample_result>> got;
+    for (int step = 0; step < STEPS; step++) {
+        Status st = e.issue_sampled(inputs(ahead, step, nullptr));
+        ASSERT_TRUE(st.is_ok()) << "issue " << step << ": " << st.to_string();
+        if (step == 0) continue;
+        std::vector<engine::sample_result> picks;
+        st = e.collect_sampled(&picks);
+        ASSERT_TRUE(st.is_ok()) << "collect " << step - 1 << ": " << st.to_string();
+        got.push_back(std::move(picks));
+    }
+    std::vector<engine::sample_result> picks;
+    Status st = e.collect_sampled(&picks);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    got.push_back(std::move(picks));
+    ASSERT_EQ(got.size(), want.size());
+    int differ = 0;
+    for (size_t s = 0; s < want.size(); s++) {
+        ASSERT_EQ(got[s].size(), k);
+        for (size_t i = 0; i < k; i++) {
+            EXPECT_EQ(got[s][i].token, want[s][i].token) << "step " << s << " chain " << i;
+            EXPECT_EQ(got[s][i].logprob, want[s][i].logprob) << "step " << s << " chain " << i;
+            differ += got[s][i].token != want[s][0].token;
+        }
+    }
+    EXPECT_GT(differ, 0) << "every chain drew the greedy tokens: the sampled chains check nothing";
+    st = e.collect_sampled(&picks);
+    EXPECT_EQ(st.code(), status_code::INVALID_ARGUMENT) << "a collect with nothing issued: " << st.to_string();
+    const engine::seq_id fresh = e.create_sequence();
+    st = e.issue_sampled({{fresh, {engine::PREVIOUS_PICK}, engine::logit_rows::SAMPLE, chains[0]}});
+    EXPECT_EQ(st.code(), status_code::INVALID_ARGUMENT) << "a PREVIOUS_PICK with no pick: " << st.to_string();
+    for (engine::seq_id s : ref) e.free_sequence(s);
+    for (engine::seq_id s : ahead) e.free_sequence(s);
+    e.free_sequence(fresh);
 }
 
 // A check on the tiny synthesized V4.1 model, opened with o; skips where o's backend is not

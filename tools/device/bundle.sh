@@ -6,12 +6,15 @@
 # device run copies at most 64 MiB with the repository (~42 MB of it tracked files), and the bundle
 # is ~105 MB unpacked, 10 MB packed with xz -9 (-6 -T2: 20 MB). Anything else put in BUILD/dev
 # (e.g. a second ds41rt for an A/B) goes along, and costs little: the window finds what it shares.
-# Usage: tools/device/bundle.sh [BUILD_DIR]   (default: build)
+# Usage: tools/device/bundle.sh [BUILD_DIR [SUFFIX]]   (default: build). With SUFFIX the binaries
+# go in as NAME-SUFFIX beside what is there (a branch's build next to the candidate's: e.g. check
+# out the branch, build, `bundle.sh build async`, and run its ds41rt-async); without, as NAME.
 set -euo pipefail
 B=${1:-build}
+SFX=${2:+-$2}
 mkdir -p "$B/dev/lib"
 for bin in ds41rt ds41rt_cuda_tests ds41rt_cuda_engine_tests ds41rt_cuda_bench; do
-  strip -o "$B/dev/$bin" "$B/$bin"
+  strip -o "$B/dev/$bin$SFX" "$B/$bin"
 done
 for lib in $(ldd "$B/ds41rt" | awk '/=>/ {print $3}' | grep -v -E 'lib(c|m|stdc\+\+|nccl)\.so|ld-linux'); do
   cp -L "$lib" "$B/dev/lib/"

@@ -28,27 +28,24 @@
 set -o pipefail
 source tools/device/dev_env.sh  # COMMIT, O, L, LIBS, bench(), gtests(); fixtures linked; the card printed
 MAIN=${MAIN:-ds41rt-main}
+# traced NAME [ENV=VALUE...]: the V4.1 C1 step's timeline under ENV (tools/device/kernel_trace.cpp),
+# its table (trace_table.py) in $O/trace-NAME.txt.
+traced() {
+  local name=$1; shift
+  bench $name-traced ds41rt v41 "$@" CUDA_INJECTION64_PATH=$PWD/build/dev/lib/libkernel_trace.so \
+    KTRACE_OUT=$O/trace-$name.csv -- --concurrency 1 --prefill ''
+  python3 tools/device/trace_table.py $O/trace-$name.csv > $O/trace-$name.txt 2>&1; echo "== trace $name: rc $?"
+}
 for mode in "${@:-scores}"; do
 echo "######## $mode"
 case "$mode" in
-scores)
-  gtests attn-tests ds41rt_cuda_tests 90 'CudaAttention*:*Router*:*Route*'
-  grep -E 'differ' $O/attn-tests.log | head -5
-  gtests engine-tests ds41rt_cuda_engine_tests 150 ''
-  for i in 1 2; do  # against main's ds41rt bundled as build/dev/ds41rt-main
-    bench v41-branch$i ds41rt v41 X=1 -- --concurrency 1,4 --prefill ''
-    bench v41-main$i $MAIN v41 X=1 -- --concurrency 1,4 --prefill ''
-  done
-  bench v41-traced ds41rt v41 CUDA_INJECTION64_PATH=$PWD/build/dev/lib/libkernel_trace.so KTRACE_OUT=$O/trace-v41.csv -- --concurrency 1 --prefill ''
-  python3 tools/device/trace_table.py $O/trace-v41.csv > $O/trace-v41.txt 2>&1; echo "== trace: rc $?"
-  grep -E 'graphed steps|scores|route_kernel|moe_routed_mxfp4' $O/trace-v41.txt | head -6
+scores)  # session 29's mode, as written there (its tests, C1 / C4 each way, the timeline)
+  bash docs/perf/2026-12-07-s29/runs.sh scores
   ;;
 split)
   for w in 1 0.5 0.25; do bench v41-fp4waves$w ds41rt v41 DS41RT_GEMV_FP4_WAVES=$w -- --concurrency 1,4 --prefill ''; done
   bench v41-minkb72 ds41rt v41 DS41RT_GEMV_MIN_KB=72 -- --concurrency 1,4 --prefill ''
-  bench v41-fp4waves0.5-traced ds41rt v41 DS41RT_GEMV_FP4_WAVES=0.5 CUDA_INJECTION64_PATH=$PWD/build/dev/lib/libkernel_trace.so \
-    KTRACE_OUT=$O/trace-fp4w05.csv -- --concurrency 1 --prefill ''
-  python3 tools/device/trace_table.py $O/trace-fp4w05.csv > $O/trace-fp4w05.txt 2>&1; echo "== trace: rc $?"
+  traced fp4w05 DS41RT_GEMV_FP4_WAVES=0.5
   grep -E 'graphed steps|moe_routed_mxfp4' $O/trace-fp4w05.txt | head -4
   ;;
 routed-src)
@@ -86,8 +83,7 @@ candidate)
   done
   bench v4-cand ds41rt v4 X=1 -- --concurrency 1,4 --prefill ''
   bench v4-main $MAIN v4 X=1 -- --concurrency 1,4 --prefill ''
-  bench v41-traced ds41rt v41 CUDA_INJECTION64_PATH=$PWD/build/dev/lib/libkernel_trace.so KTRACE_OUT=$O/trace-v41.csv -- --concurrency 1 --prefill ''
-  python3 tools/device/trace_table.py $O/trace-v41.csv > $O/trace-v41.txt 2>&1; echo "== trace: rc $?"
+  traced v41
   head -30 $O/trace-v41.txt
   ;;
 async)
