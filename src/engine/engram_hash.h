@@ -30,7 +30,15 @@ public:
     // for p <= pos; DEAD for image positions). out: [n_cols()].
     void hash(const std::vector<int64_t> &history, int64_t pos, int k, int64_t *out) const;
 
-    const std::vector<int64_t> &primes() const { return primes_; }  // [layers][n-1][heads]
+    // The tables hash() reads, for a device copy (backend/cuda engram_hash).
+    const std::vector<int64_t> &primes() const { return primes_; }        // [layers][n-1][heads]
+    const std::vector<int64_t> &offsets() const { return offsets_; }      // [layers][n-1][heads]
+    const std::vector<int64_t> &multipliers() const { return multipliers_; }  // [layers][n]
+    const std::vector<int64_t> &token_map() const { return token_map_; }  // [vocab]
+    int64_t pad() const { return pad_; }
+    int max_ngram() const { return max_ngram_; }
+    int n_heads() const { return n_heads_; }
+    int n_layers() const { return n_layers_; }
 
 private:
     int max_ngram_ = 0, n_heads_ = 0, n_layers_ = 0;

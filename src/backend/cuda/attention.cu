@@ -296,18 +296,24 @@ __global__ void __launch_bounds__(32 * NWM * NWN, tile_min_blocks(NWM * NWN))
 // chain, ~15 us at R = 1 on the H200), while here every copy of the tile is in flight at once.
 // Pitch = (hd rounded up to 32) + 4 floats: 4 mod 32, so the 32 lanes of a fragment read (rows g,
 // columns t) hit 32 banks; the columns past hd are zeros, the zero-padded steps of scores_kernel.
-// Warps of the CTA each take 8 WM heads x 8 WN entries (WM = 2: one m16n8k4 a step on sm_90).
+// NWM x NWN warps each take 8 WM heads x 8 WN entries (WM = 2: one m16n8k4 a step on sm_90); all
+// NWT warps of the CTA stage and decode the rows first. At a decode row the kernel is a chain of
+// instructions per warp (ncu, H100, session 29: 16 CTAs, ~6,600 instructions a warp at 0.21 issued
+// per scheduler, 18 us; half of them the packed keys' decode), so the decode tile takes 16 entries
+// on 2 MMA warps with 4 warps staging: twice the CTAs, each warp staging 8 rows, not 12, and
+// decoding 4 keys, not 8.
 __host__ __device__ constexpr int whole_pitch(int hd) { return (hd + 31) / 32 * 32 + 4; }
 template <int WM, int WN, int NWM, int NWN>
 constexpr size_t scores_whole_smem(int hd) {
     return size_t(8 * WM * NWM + 8 * WN * NWN) * whole_pitch(hd) * sizeof(float);
 }
 
-template <int WM, int WN, int NWM, int NWN>
-__global__ void __launch_bounds__(32 * NWM * NWN)
+template <int WM, int WN, int NWM, int NWN, int NWT>
+__global__ void __launch_bounds__(32 * NWT)
     scores_whole_kernel(const float *q, const float *const *keys, int H, int L, int hd, float scale, int Lp, float *sc) {
+    static_assert(NWT >= NWM * NWN, "every MMA warp stages too");
     pdl_enter();
-    constexpr int HS = 8 * WM * NWM, KS = 8 * WN * NWN, NW = NWM * NWN;
+    constexpr int HS = 8 * WM * NWM, KS = 8 * WN * NWN, NW = NWT;
     extern __shared__ __align__(16) float smem_f[];
     const int P = whole_pitch(hd), C = P / 4 - 1;  // float4 columns staged per row (hd rounded up to 32)
     float *q_s = smem_f, *k_s = smem_f + HS * P;
@@ -363,6 +369,7 @@ __global__ void __launch_bounds__(32 * NWM * NWN)
         }
         __syncthreads();
     }
+    if (warp >= NWM * NWN) return;  // staging only
     const int g = lane >> 2, t = lane & 3;
     const int wm0 = (warp % NWM) * 8 * WM, wn0 = (warp / NWM) * 8 * WN;
     const float *qa_p[WM], *kb_p[WN];
@@ -588,12 +595,49 @@ constexpr size_t pv_smem() {
     return (size_t(8 * WM * NWM) * pitch_of(BLK) + size_t(BLK) * pitch_of(8 * WN * NWN)) * sizeof(double);
 }
 
-// A tile kernel with smem bytes of dynamic shared memory; the opt-in above 48 KB is set on every
-// call (it is per device, and a host call, so it is also legal while the stream is captured).
+// The device facts and kernel attributes a launch needs, each asked of the runtime once per device
+// (per kernel): a decode step's first attention cores are issued while the GPU waits for them
+// (session 29's host trace: each core's launches came with three cudaGetDevice, two attribute
+// queries and two cudaFuncSetAttribute calls).
+struct device_facts {
+    int sms = 1, optin = 48 * 1024;
+};
+
+const device_facts &current_facts() {
+    static std::mutex mu;
+    static std::map<int, device_facts> by_device;
+    int dev = 0;
+    (void)cudaGetDevice(&dev);
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = by_device.find(dev);
+    if (it != by_device.end()) return it->second;
+    device_facts f;
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0) f.sms = n;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess && n > 0) f.optin = n;
+    return by_device.emplace(dev, f).first->second;
+}
+
+// Raises a kernel's dynamic shared-memory opt-in to at least smem bytes on the current device; a
+// host call (legal while the stream is captured), made only when the kernel's opt-in on this
+// device is below smem.
+Status ensure_smem_optin(const void *kernel, size_t smem) {
+    static std::mutex mu;
+    static std::map<std::pair<const void *, int>, size_t> set;
+    int dev = 0;
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+    std::lock_guard<std::mutex> lock(mu);
+    size_t &have = set[{kernel, dev}];
+    if (have >= smem) return Status::ok();
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    have = smem;
+    return Status::ok();
+}
+
+// A tile kernel with smem bytes of dynamic shared memory (the opt-in above 48 KB raised once).
 template <class... P, class... A>
 Status launch_tiles(void (*kernel)(P...), size_t smem, dim3 grid, int threads, cudaStream_t stream, A &&...args) {
-    if (smem > 48 * 1024)
-        DS41RT_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    if (smem > 48 * 1024) DS41RT_RETURN_IF_ERROR(ensure_smem_optin(reinterpret_cast<const void *>(kernel), smem));
     DS41RT_CUDA_RETURN_IF_ERROR(launch_pdl(kernel, grid, unsigned(threads), smem, stream, std::forward<A>(args)...));
     return Status::ok();
 }
@@ -606,20 +650,10 @@ struct attention_plan {
     size_t part = 0, sc = 0, rescale = 0, den = 0, bytes = 0;  // offsets in floats (part: fp64); bytes in total
 };
 
-int current_sm_count() {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-        return 1;
-    return std::max(n, 1);
-}
+int current_sm_count() { return current_facts().sms; }
 
 // The largest dynamic shared memory a block may opt in to on the current device.
-int current_smem_optin() {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-        return 48 * 1024;
-    return n;
-}
+int current_smem_optin() { return current_facts().optin; }
 
 attention_plan make_plan(const attention_batch &b, int sms) {
     attention_plan p;
@@ -718,9 +752,9 @@ Status run_attention(const attention_batch &b, cudaStream_t stream) {
         DS41RT_RETURN_IF_ERROR(launch_tiles(scores_kernel<4, 4, 2, 2, 32>, scores_smem<4, 4, 2, 2, 32>(),
                                             dim3(unsigned(p.Lp / 64), unsigned((b.H + 63) / 64), unsigned(b.R)), 128, stream, b.q,
                                             b.keys, b.H, b.L, b.hd, b.scale, p.Lp, sc));
-    } else if (scores_whole_smem<2, 1, 1, 4>(b.hd) <= size_t(current_smem_optin())) {
-        DS41RT_RETURN_IF_ERROR(launch_tiles(scores_whole_kernel<2, 1, 1, 4>, scores_whole_smem<2, 1, 1, 4>(b.hd),
-                                            dim3(unsigned(p.Lp / 32), unsigned((b.H + 15) / 16), unsigned(b.R)), 128, stream,
+    } else if (scores_whole_smem<2, 1, 1, 2>(b.hd) <= size_t(current_smem_optin())) {
+        DS41RT_RETURN_IF_ERROR(launch_tiles(scores_whole_kernel<2, 1, 1, 2, 4>, scores_whole_smem<2, 1, 1, 2>(b.hd),
+                                            dim3(unsigned(p.Lp / 16), unsigned((b.H + 15) / 16), unsigned(b.R)), 128, stream,
                                             b.q, b.keys, b.H, b.L, b.hd, b.scale, p.Lp, sc));
     } else {
         DS41RT_RETURN_IF_ERROR(launch_tiles(scores_kernel<1, 4, 1, 1, 32>, scores_smem<1, 4, 1, 1, 32>(),

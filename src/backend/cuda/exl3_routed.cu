@@ -291,12 +291,23 @@ Status exl3_routed_flag_error(const exl3_routed_plan &plan, const void *workspac
     return Status::ok();
 }
 
-Status exl3_routed_error(const exl3_routed_plan &plan, void *workspace, cudaStream_t stream) {
-    int err[ERR_WORDS] = {};
+static_assert(EXL3_ROUTED_ERROR_WORDS == ERR_WORDS, "the header's error word count");
+
+Status exl3_routed_error_copy(const exl3_routed_plan &plan, void *workspace, int32_t *host_words, cudaStream_t stream) {
     char *words = static_cast<char *>(workspace) + plan.off_err;
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(err, words, sizeof(err), cudaMemcpyDeviceToHost, stream));
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(words, 0, sizeof(err), stream));
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_words, words, ERR_WORDS * sizeof(int), cudaMemcpyDeviceToHost, stream));
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(words, 0, ERR_WORDS * sizeof(int), stream));
+    return Status::ok();
+}
+
+Status exl3_routed_error(const exl3_routed_plan &plan, void *workspace, cudaStream_t stream) {
+    int32_t err[ERR_WORDS] = {};
+    DS41RT_RETURN_IF_ERROR(exl3_routed_error_copy(plan, workspace, err, stream));
     DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    return exl3_routed_error_status(plan, err);
+}
+
+Status exl3_routed_error_status(const exl3_routed_plan &plan, const int32_t *err) {
     if (err[ERR_HELD])
         return Status::invalid_argument("EXL3 routed experts: a route names expert " + std::to_string(err[ERR_HELD_ID]) +
                                         ", which is not held here (table of " + std::to_string(plan.E) + ")");
@@ -342,6 +353,12 @@ Status exl3_routed_runner::run(const device_info &dev, int layer, const std::vec
 }
 
 Status exl3_routed_runner::error(cudaStream_t stream) { return any_ ? exl3_routed_error(*any_, ws_, stream) : Status::ok(); }
+Status exl3_routed_runner::error_copy(int32_t *host_words, cudaStream_t stream) {
+    return any_ ? exl3_routed_error_copy(*any_, ws_, host_words, stream) : Status::ok();
+}
+Status exl3_routed_runner::error_status(const int32_t *host_words) const {
+    return any_ ? exl3_routed_error_status(*any_, host_words) : Status::ok();
+}
 
 Status exl3_routed_runner::flag_error(int32_t *word, int32_t fail_value, cudaStream_t stream) const {
     return any_ ? exl3_routed_flag_error(*any_, ws_, word, fail_value, stream) : Status::ok();

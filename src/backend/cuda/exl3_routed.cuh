@@ -69,6 +69,13 @@ Status run_exl3_routed(const exl3_routed_plan &plan, const float *x, const int32
 // step): OK, or INVALID_ARGUMENT naming an expert id that is not held.
 Status exl3_routed_error(const exl3_routed_plan &plan, void *workspace, cudaStream_t stream);
 
+// exl3_routed_error in two halves (moe_routed_error_copy's pattern): the words into host_words
+// (EXL3_ROUTED_ERROR_WORDS ints, pinned) and cleared, stream-ordered; their meaning once the
+// stream has passed them.
+constexpr int EXL3_ROUTED_ERROR_WORDS = 2;
+Status exl3_routed_error_copy(const exl3_routed_plan &plan, void *workspace, int32_t *host_words, cudaStream_t stream);
+Status exl3_routed_error_status(const exl3_routed_plan &plan, const int32_t *host_words);
+
 // Its stream-ordered twin for an answer that leaves without a host synchronisation (an NCCL
 // worker's status word): when the error word is set, writes fail_value to *word (device memory)
 // and leaves the error word for exl3_routed_error.
@@ -93,6 +100,10 @@ public:
                const float *weights, float *acc, cudaStream_t stream);
     // exl3_routed_error / exl3_routed_flag_error on the shared workspace (OK before any run).
     Status error(cudaStream_t stream);
+    // error() in halves: host_words (EXL3_ROUTED_ERROR_WORDS ints, pinned) filled in stream order
+    // and read after the stream has passed them; OK when no layer ran.
+    Status error_copy(int32_t *host_words, cudaStream_t stream);
+    Status error_status(const int32_t *host_words) const;
     Status flag_error(int32_t *word, int32_t fail_value, cudaStream_t stream) const;
 
 private:

@@ -156,6 +156,7 @@ __global__ void split_x_kernel(const __grid_constant__ split_batch b) {
 // inside the step, where each GEMV starts beside its predecessor's tail (PDL).
 template <bool FP4, bool X8, int NT, bool WALK, bool L2HINT, bool ONE = false>  // NT: token tiles of 8 (M <= 8 * NT)
 __global__ void __launch_bounds__(WARPS * 32, FP4 && X8 && NT == 2 ? 4 : 0) gemv_kernel(const __grid_constant__ batch b) {
+    pdl_trigger();  // the next kernel's blocks may become resident now (pdl_enter); gemv_item waits
     const int first = blockIdx.x * WARPS + (threadIdx.x >> 5), stride = gridDim.x * WARPS;
     for (int item = first; item < b.items; item += stride) {  // uniform across the warp
         int j = 0;

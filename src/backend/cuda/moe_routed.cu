@@ -637,12 +637,23 @@ Status moe_routed_flag_error(const moe_routed_plan &plan, const void *workspace,
     return Status::ok();
 }
 
-Status moe_routed_error(const moe_routed_plan &plan, void *workspace, cudaStream_t stream) {
-    int err[ERR_WORDS] = {};
+static_assert(MOE_ROUTED_ERROR_WORDS == ERR_WORDS, "the header's error word count");
+
+Status moe_routed_error_copy(const moe_routed_plan &plan, void *workspace, int32_t *host_words, cudaStream_t stream) {
     char *words = static_cast<char *>(workspace) + plan.off_routing;
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(err, words, sizeof(err), cudaMemcpyDeviceToHost, stream));
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(words, 0, sizeof(err), stream));
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_words, words, ERR_WORDS * sizeof(int), cudaMemcpyDeviceToHost, stream));
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(words, 0, ERR_WORDS * sizeof(int), stream));
+    return Status::ok();
+}
+
+Status moe_routed_error(const moe_routed_plan &plan, void *workspace, cudaStream_t stream) {
+    int32_t err[ERR_WORDS] = {};
+    DS41RT_RETURN_IF_ERROR(moe_routed_error_copy(plan, workspace, err, stream));
     DS41RT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    return moe_routed_error_status(plan, err);
+}
+
+Status moe_routed_error_status(const moe_routed_plan &plan, const int32_t *err) {
     if (err[ERR_HELD])
         return Status::invalid_argument("moe routed: a route names expert " + std::to_string(err[ERR_HELD_ID]) +
                                         ", which is not held here (table of " + std::to_string(plan.E) + ")");

@@ -91,6 +91,13 @@ Status run_moe_routed(const moe_routed_plan &plan, const float *x, const int32_t
 // naming an expert with more than 8 * nt routes in one step.
 Status moe_routed_error(const moe_routed_plan &plan, void *workspace, cudaStream_t stream);
 
+// moe_routed_error in two halves, so a step's one synchronisation serves it: the copy of the error
+// words into host_words (MOE_ROUTED_ERROR_WORDS ints, pinned memory: an asynchronous copy) and their
+// clearing, stream-ordered; then, once the stream has passed them, the words' meaning.
+constexpr int MOE_ROUTED_ERROR_WORDS = 4;
+Status moe_routed_error_copy(const moe_routed_plan &plan, void *workspace, int32_t *host_words, cudaStream_t stream);
+Status moe_routed_error_status(const moe_routed_plan &plan, const int32_t *host_words);
+
 // Its stream-ordered twin, for a run whose answer leaves without a host synchronisation (an NCCL
 // worker's status word): when the workspace's error word is set, writes fail_value to *word
 // (device memory), and leaves the error word for moe_routed_error to name and clear later.

@@ -27,12 +27,17 @@ __device__ __forceinline__ void pdl_trigger() {
 }
 
 // The first statement of a kernel that launch_pdl launches and that reads what came before it
-// from the start: wait for it, then let the next kernel's blocks become resident (they wait in
-// turn), so each launch's setup overlaps the kernel before it (tools/device/launch_gap.cu, H200:
-// 0.74 -> 0.47 us a dependent launch of one block, 1.00 -> 0.75 us of 132).
+// from the start: let the next kernel's blocks become resident, then wait for the kernel before,
+// so each launch's setup overlaps the kernel before it (tools/device/launch_gap.cu, H200: 0.74 ->
+// 0.47 us a dependent launch of one block, 1.00 -> 0.75 us of 132). Releasing before waiting
+// lets the kernel two launches on become resident while this one waits, so a decode GEMV after a
+// small kernel issues its first weight stages during the tail of the GEMV before that (the GEMVs
+// release at their start too), where it waited for the small kernel to begin. Still in stream
+// order: a kernel's wait returns once the kernel before it has completed, which that kernel does
+// only after its own wait returned.
 __device__ __forceinline__ void pdl_enter() {
-    pdl_wait();
     pdl_trigger();
+    pdl_wait();
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization. The

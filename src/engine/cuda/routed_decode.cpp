@@ -95,12 +95,30 @@ Status routed_decode::run_exl3(const device_model &m, int layer, const std::vect
     return exl3_.run(m.device(), layer, experts, nm, m.config().dim, int(S), K, x, ids, wts, acc, m.stream());
 }
 
-Status routed_decode::check(const device_model &m) {
-    DS41RT_RETURN_IF_ERROR(exl3_.error(m.stream()));
+routed_decode::~routed_decode() {
+    if (words_) cudaFreeHost(words_);
+}
+
+Status routed_decode::stage_errors(const device_model &m) {
+    constexpr size_t WORDS = ERROR_SLOTS * cuda::MOE_ROUTED_ERROR_WORDS + cuda::EXL3_ROUTED_ERROR_WORDS;
+    if (!words_) DS41RT_CUDA_RETURN_IF_ERROR(cudaMallocHost(&words_, WORDS * sizeof(int32_t)));
+    std::fill(words_, words_ + WORDS, 0);
     for (auto &[B, w] : ws_) {
         if (!w.plan) continue;
-        DS41RT_RETURN_IF_ERROR(cuda::moe_routed_error(*w.plan, w.mem.as<void>(), m.stream()));
+        if (B < 1 || B >= ERROR_SLOTS) return Status::internal("routed_decode: a workspace of " + std::to_string(B) + " rows");
+        DS41RT_RETURN_IF_ERROR(
+            cuda::moe_routed_error_copy(*w.plan, w.mem.as<void>(), words_ + B * cuda::MOE_ROUTED_ERROR_WORDS, m.stream()));
     }
+    DS41RT_RETURN_IF_ERROR(exl3_.error_copy(words_ + ERROR_SLOTS * cuda::MOE_ROUTED_ERROR_WORDS, m.stream()));
+    staged_ = true;
+    return Status::ok();
+}
+
+Status routed_decode::errors() const {
+    if (!staged_) return Status::ok();
+    DS41RT_RETURN_IF_ERROR(exl3_.error_status(words_ + ERROR_SLOTS * cuda::MOE_ROUTED_ERROR_WORDS));
+    for (auto &[B, w] : ws_)
+        if (w.plan) DS41RT_RETURN_IF_ERROR(cuda::moe_routed_error_status(*w.plan, words_ + B * cuda::MOE_ROUTED_ERROR_WORDS));
     return Status::ok();
 }
 

@@ -36,15 +36,28 @@ public:
                     const backend::cpu::expert_numerics &nm, const float *x, const int32_t *ids, const float *wts,
                     int64_t S, int K, float *acc);
     // The routes a run (eager or replayed from a graph) could not serve (an expert not held
-    // here, an expert routed more often than a chunk allows): reads and clears the workspaces'
-    // error words. Synchronises; call after the step.
-    Status check(const device_model &m);
+    // here, an expert routed more often than a chunk allows), in two halves around the step's one
+    // synchronisation: stage_errors() copies the workspaces' error words to pinned host memory and
+    // clears them, in stream order at the step's end (no synchronisation of its own, where a
+    // synchronous check cost each step a second round trip); errors() reads them once the stream
+    // has passed that point.
+    Status stage_errors(const device_model &m);
+    Status errors() const;
+
+    routed_decode() = default;
+    ~routed_decode();
+    routed_decode(const routed_decode &) = delete;
+    routed_decode &operator=(const routed_decode &) = delete;
 
 private:
     struct workspace {
         dtemp mem;
         const backend::cuda::moe_routed_plan *plan = nullptr;  // one plan of its layout (set once used)
     };
+    // The staged error words: a workspace's by its row count (1 .. 16), then EXL3's.
+    static constexpr int ERROR_SLOTS = 17;
+    int32_t *words_ = nullptr;  // pinned: ERROR_SLOTS * MOE_ROUTED_ERROR_WORDS + EXL3_ROUTED_ERROR_WORDS
+    bool staged_ = false;
     std::map<std::pair<int, int>, backend::cuda::moe_routed_plan> plans_;  // by (layer, rows)
     std::map<int, workspace> ws_;                                         // by rows
     backend::cuda::exl3_routed_runner exl3_;

@@ -1,5 +1,7 @@
 #include "engine/cuda/step_bufs.h"
 
+#include "backend/cuda/engram_hash.cuh"
+
 namespace ds41rt::engine::gpu {
 
 namespace {
@@ -29,6 +31,11 @@ step_bufs make_step_bufs(const device_model &m, int64_t S) {
     }
     b.pos = m.temp(size_t(S) * sizeof(int64_t));
     b.ids = m.temp(size_t(S) * sizeof(int32_t));
+    if (!c.engram_layer_ids.empty()) {
+        b.erows = m.temp(size_t(S) * sizeof(backend::cuda::engram_hash_row));
+        b.eids = m.temp(c.engram_layer_ids.size() * size_t(S) * size_t(c.engram_max_ngram - 1) * size_t(c.engram_n_heads) *
+                        sizeof(int64_t));
+    }
     return b;
 }
 

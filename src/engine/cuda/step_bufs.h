@@ -20,6 +20,7 @@ struct step_bufs {
     dtemp pre_mix;       // [S, hc] the first site's collapse weights, one-hot (V4.1; later sites read fm.pre)
     dtemp xs, sx;        // x's GEMV split (backend/cuda gemv_split) when S <= 16: [S, dim] E4M3, [dim / 32, 16]
     dtemp pos, ids;      // [S] positions (int64) and token ids (int32)
+    dtemp erows, eids;   // V4.1 Engram: [S] hash rows (engram_hash_row) and the ids [layers, S, cols] (int64)
 };
 
 step_bufs make_step_bufs(const device_model &m, int64_t S);

@@ -25,9 +25,10 @@
 //
 // Decode steps of up to 16 rows replay CUDA graphs of their fixed-shape pieces (step_bufs.h,
 // step_graphs.h): per layer the output projection, the FFN site and the MoE, with the next layer's
-// attention site (mHC and projections) in the same graph unless an Engram lookup sits between
-// them; the attention core (compressor, indexer, key lists, attention, ring), whose lengths change
-// every step, and Engram (host hashes) run eagerly between the graphs.
+// attention site (its Engram lookup where it has one, whose n-gram ids were hashed on the device at
+// the step's start; mHC and projections) in the same graph; the attention core (compressor,
+// indexer, key lists, attention, ring), whose lengths change every step, runs eagerly between the
+// graphs.
 #include "engine/cuda/v41_gpu.h"
 
 #include <algorithm>
@@ -37,6 +38,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/exl3_moe.cuh"
 #include "backend/cuda/attention.cuh"
@@ -48,6 +50,7 @@
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/embedding.cuh"
 #include "backend/cuda/engram.cuh"
+#include "backend/cuda/engram_hash.cuh"
 #include "backend/cuda/fake_quant.cuh"
 #include "backend/cuda/kv_row.cuh"
 #include "backend/cuda/indexer.cuh"
@@ -128,7 +131,9 @@ struct seq_dev {
     int64_t len = 0;
     std::vector<window_ring> ring;  // per layer, made by the sequence's first step (rings())
     std::map<int, source_dev> sources;
-    std::vector<int64_t> engram_history;
+    // The compressed ids of the last max_ngram - 1 tokens (int32, oldest first; -1 before the
+    // start): the Engram hash's history (backend/cuda engram_hash), made by the first step.
+    pool_page engram_hist;
 };
 
 // What one forward hands down the layer stack (spec 4.5): the indexer's picks, on the device
@@ -295,7 +300,7 @@ public:
                 L.moe.experts[size_t(e)] = {w1.w, w1.scale, w3.w, w3.scale, w2.w, w2.scale};
             }
         }
-        return Status::ok();
+        return has_engram_ ? load_engram_tables() : Status::ok();
     }
 
     const model::model_config &config() const override { return c_; }
@@ -357,21 +362,17 @@ private:
     // ---- mHC (spec 4.2) ----
 
     // ---- Engram (spec 4.9) ----
-    Status engram(const layer_dev &L, int k, const step_rows &B, float *X) const {
+    // Engram layer l's lookup into the streams b.X, from the ids engram_ids() left in b.eids: no host
+    // work, so it may be part of a graph.
+    Status engram(const layer_dev &L, int l, const step_bufs &b) const {
         const int hc = c_.hc_mult;
-        const int64_t D = c_.dim, ehd = c_.engram_head_dim, ncols = hasher_.n_cols(), S = B.rows;
+        const int64_t D = c_.dim, ehd = c_.engram_head_dim, ncols = hasher_.n_cols(), S = b.S;
         const int64_t in_w = ncols * ehd, out_w = int64_t(hc + 1) * D;
-        std::vector<int64_t> ids(static_cast<size_t>(S * ncols));
-        for (size_t i = 0; i < B.seq.size(); i++)
-            for (int64_t s = 0; s < B.n[i]; s++)
-                hasher_.hash(B.seq[i]->engram_history, B.p0[i] + s, k, ids.data() + (B.off[i] + s) * ncols);
-        if (m_->is_dummy())
-            for (int64_t &id : ids) id %= L.e_rows;
-        auto ids_d = m_->upload_temp(ids.data(), ids.size() * sizeof(int64_t));
-        if (!ids_d) return ids_d.status();
+        const int64_t k = std::find(c_.engram_layer_ids.begin(), c_.engram_layer_ids.end(), l) - c_.engram_layer_ids.begin();
+        const int64_t *ids = b.eids.as<int64_t>() + k * S * ncols;
+        begin("engram");
         dtemp rows = m_->temp_f32(S * in_w), kv = m_->temp_f32(S * out_w);
-        DS41RT_RETURN_IF_ERROR(cuda::gather_rows_fp8_e8m0(L.e_table, L.e_scale, L.e_rows, ehd,
-                                                          ids_d->as<int64_t>(), S * ncols, rows.f(), st()));
+        DS41RT_RETURN_IF_ERROR(cuda::gather_rows_fp8_e8m0(L.e_table, L.e_scale, L.e_rows, ehd, ids, S * ncols, rows.f(), st()));
         DS41RT_RETURN_IF_ERROR(m_->run_linear(L.e_wkv, rows.f(), kv.f(), S, lin::FP8));
         cuda::engram_gate_params gp;
         gp.S = S;
@@ -379,7 +380,44 @@ private:
         gp.D = D;
         gp.eps = eps();
         gp.round_bf16 = official_;
-        return cuda::engram_gate(X, kv.f(), L.e_q, L.e_k, gp, st());
+        DS41RT_RETURN_IF_ERROR(cuda::engram_gate(b.X.f(), kv.f(), L.e_q, L.e_k, gp, st()));
+        end();
+        return Status::ok();
+    }
+
+    // Every Engram layer's n-gram ids of the step's rows into b.eids, hashed on the device from the
+    // step's token ids (b.ids) and each sequence's history, which moves on past the step's tokens.
+    Status engram_ids(const step_rows &B, const step_bufs &b) const {
+        std::vector<cuda::engram_hash_row> rows(static_cast<size_t>(B.rows));
+        for (size_t i = 0; i < B.seq.size(); i++)
+            for (int64_t s = 0; s < B.n[i]; s++)
+                rows[size_t(B.off[i] + s)] = {reinterpret_cast<int32_t *>(B.seq[i]->engram_hist.get()), int32_t(s),
+                                              int32_t(B.n[i])};
+        DS41RT_RETURN_IF_ERROR(m_->to_device(b.erows.as<void>(), rows.data(), rows.size() * sizeof(rows[0])));
+        return cuda::engram_hash(engram_tables_, b.ids.as<int32_t>(), b.erows.as<cuda::engram_hash_row>(), int(B.rows),
+                                 b.eids.as<int64_t>(), st());
+    }
+
+    // The hasher's tables on the device (engram_hash_tables), once, at load.
+    Status load_engram_tables() {
+        std::vector<int32_t> map(hasher_.token_map().begin(), hasher_.token_map().end());
+        std::vector<int64_t> table_rows;
+        for (int l : c_.engram_layer_ids) table_rows.push_back(m_->is_dummy() ? layers_[size_t(l)].e_rows : 0);
+        cuda::engram_hash_tables &t = engram_tables_;
+        auto put = [&](const auto &v, auto **out) -> Status {
+            auto p = m_->upload(v.data(), v.size() * sizeof(v[0]));
+            if (!p) return p.status();
+            *out = static_cast<std::remove_pointer_t<decltype(out)>>(p.value());
+            return Status::ok();
+        };
+        DS41RT_RETURN_IF_ERROR(put(map, &t.token_map));
+        DS41RT_RETURN_IF_ERROR(put(hasher_.multipliers(), &t.mult));
+        DS41RT_RETURN_IF_ERROR(put(hasher_.primes(), &t.primes));
+        DS41RT_RETURN_IF_ERROR(put(hasher_.offsets(), &t.offsets));
+        DS41RT_RETURN_IF_ERROR(put(table_rows, &t.table_rows));
+        t.layers = hasher_.n_layers(), t.max_ngram = hasher_.max_ngram(), t.heads = hasher_.n_heads();
+        t.pad = hasher_.pad();
+        return Status::ok();
     }
 
     // ---- the step's row-wise projections of a compressed layer, every sequence's rows at once
@@ -958,9 +996,18 @@ private:
     // The window rings of the step's sequences that have none yet (a sequence's first step): FP8
     // records where head_dim is whole blocks of 32 (attn_site's window row is FP8-quantized
     // there), else fp32 rows.
+    // With Engram, the history page too (all -1: nothing before the start).
     Status rings(const step_rows &B) const {
         const auto fmt = packed_kv_ && c_.head_dim % 32 == 0 ? cuda::key_format::FP8_UE8M0_32 : cuda::key_format::F32;
-        for (seq_dev *sq : B.seq) DS41RT_RETURN_IF_ERROR(make_rings(sq->ring, *pages_, c_.n_layers, c_.window, c_.head_dim, fmt));
+        for (seq_dev *sq : B.seq) {
+            DS41RT_RETURN_IF_ERROR(make_rings(sq->ring, *pages_, c_.n_layers, c_.window, c_.head_dim, fmt));
+            if (!has_engram_ || sq->engram_hist.get()) continue;
+            constexpr int64_t HIST_BYTES = cuda::ENGRAM_MAX_NGRAM * sizeof(int32_t);
+            Result<uint8_t *> p = pages_->take(HIST_BYTES);
+            if (!p) return p.status();
+            sq->engram_hist = pool_page(pages_.get(), *p, HIST_BYTES);
+            DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(*p, 0xff, HIST_BYTES, st()));
+        }
         return Status::ok();
     }
 
@@ -969,10 +1016,6 @@ private:
         const int64_t S = B.rows, D = c_.dim, V = c_.vocab_size;
         const int hc = c_.hc_mult;
         DS41RT_RETURN_IF_ERROR(rings(B));
-        if (has_engram_)
-            for (size_t i = 0; i < B.seq.size(); i++)
-                for (int64_t s = 0; s < B.n[i]; s++)
-                    B.seq[i]->engram_history.push_back(hasher_.compressed(tokens[size_t(B.off[i] + s)]));
 
         if (nccl_) DS41RT_RETURN_IF_ERROR(nccl_->prepare(S));  // links up before any capture
         step_frame frame(*m_, bucket_for(S), S);
@@ -985,6 +1028,7 @@ private:
         DS41RT_RETURN_IF_ERROR(m_->to_device(b.ids.as<void>(), tokens.data(), tokens.size() * sizeof(int32_t)));
         B.pos_d = b.pos.as<int64_t>();
         DS41RT_RETURN_IF_ERROR(cuda::embed_rows_bf16(embed_, V, D, b.ids.as<int32_t>(), S, hc, b.X.f(), st()));
+        if (has_engram_) DS41RT_RETURN_IF_ERROR(engram_ids(B, b));
         // The first site reads stream 0. A graphed step's buffers are its row count's, which the
         // bucket's first (eager) step filled: no upload at the start of every step.
         if (!graphed_) {
@@ -995,12 +1039,13 @@ private:
         end();
 
         std::vector<shared_sel> shs(B.seq.size());
-        int engram_k = 0;
-        // Layer l's attention site: its mixes and collapse, and the projections. The collapse reads
-        // the previous site's pre mix (the first site's one-hot), so this site's mixes are only
-        // needed at its expand: they run beside the collapse and the projections.
+        // Layer l's attention site: its Engram lookup where it has one, its mixes and collapse, and
+        // the projections. The collapse reads the previous site's pre mix (the first site's
+        // one-hot), so this site's mixes are only needed at its expand: they run beside the collapse
+        // and the projections.
         auto attn_site = [&](int l) -> Status {
             const layer_dev &L = layers_[size_t(l)];
+            if (c_.has_engram(l)) DS41RT_RETURN_IF_ERROR(engram(L, l, b));
             begin("mhc+norm");
             side_scope mixes(mix_side_, *m_);
             DS41RT_RETURN_IF_ERROR(site_mixes(mixes, b, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, b.am));
@@ -1016,11 +1061,6 @@ private:
             // A replayed step's host runs at most one remote exchange ahead (nccl_remote keep_up).
             if (nccl_ && graphed_)
                 if (Status ks = nccl_->keep_up(1); !ks) return m_->drain_after(ks);
-            if (c_.has_engram(l)) {
-                begin("engram");
-                DS41RT_RETURN_IF_ERROR(engram(L, engram_k++, B, b.X.f()));
-                end();
-            }
             if (!site_ran) DS41RT_RETURN_IF_ERROR(frame.piece(size_t(2 * l), [&] { return attn_site(l); }));
             site_ran = false;
             DS41RT_RETURN_IF_ERROR(attn_core(L, l, B, b, shs));
@@ -1053,9 +1093,9 @@ private:
                 DS41RT_RETURN_IF_ERROR(ffn());
                 continue;
             }
-            // The next layer's attention site joins this piece where nothing runs between them
-            // (no Engram lookup, which hashes on the host): one graph launch a layer, not two.
-            site_ran = l + 1 < c_.n_layers && !c_.has_engram(l + 1);
+            // The next layer's attention site (with its Engram lookup) joins this piece: one graph
+            // launch a layer, not two.
+            site_ran = l + 1 < c_.n_layers;
             DS41RT_RETURN_IF_ERROR(frame.piece(size_t(2 * l + 1), [&]() -> Status {
                 DS41RT_RETURN_IF_ERROR(ffn());
                 return site_ran ? attn_site(l + 1) : Status::ok();
@@ -1069,8 +1109,10 @@ private:
         if (!lg) return lg.status();
         end();
         prof_.add_host("host.issue", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - issue0).count());
+        // The routed experts' error words ride the step's one synchronisation (finish_rows').
+        DS41RT_RETURN_IF_ERROR(routed_.stage_errors(*m_));
         DS41RT_RETURN_IF_ERROR(finish_rows(*m_, lg->f(), R, V, B.samples, &B.sampled, logits, prof_));
-        DS41RT_RETURN_IF_ERROR(routed_.check(*m_));
+        DS41RT_RETURN_IF_ERROR(routed_.errors());
         prof_.collect();
         products_.collect();
         for (size_t i = 0; i < B.seq.size(); i++) B.seq[i]->len += B.n[i];
@@ -1083,6 +1125,7 @@ private:
     const model::model_config &c_;
     engram_hasher hasher_;
     bool has_engram_;
+    cuda::engram_hash_tables engram_tables_;  // hasher_'s tables on the device (load_engram_tables)
     bool official_;
     bool batched_select_ = true;  // select_batched
     // Window halves of the key lists written on the device (key_lists.h); DS41RT_DEVICE_KEY_LISTS=0:

@@ -703,8 +703,10 @@ private:
         if (!lg) return lg.status();
         end();
         prof_.add_host("host.issue", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - issue0).count());
+        // The routed experts' error words ride the step's one synchronisation (finish_rows').
+        DS41RT_RETURN_IF_ERROR(routed_.stage_errors(*m_));
         DS41RT_RETURN_IF_ERROR(finish_rows(*m_, lg->f(), R, V, B.samples, &B.sampled, logits, prof_));
-        DS41RT_RETURN_IF_ERROR(routed_.check(*m_));
+        DS41RT_RETURN_IF_ERROR(routed_.errors());
         prof_.collect();
         products_.collect();
         for (size_t i = 0; i < B.seq.size(); i++) B.seq[i]->len += B.n[i];
