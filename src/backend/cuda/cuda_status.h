@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 
 #include "core/status.h"
@@ -20,3 +21,16 @@ inline Status cuda_status(cudaError_t e, const char *what, const char *file, int
 
 #define DS41RT_CUDA_RETURN_IF_ERROR(call) \
     DS41RT_RETURN_IF_ERROR(::ds41rt::backend::cuda::cuda_status((call), #call, __FILE__, __LINE__))
+
+namespace ds41rt::backend::cuda {
+
+// A kernel's error words (int32 flags it sets and leaves set): copied to host_words (pinned
+// memory keeps the copy asynchronous) and zeroed for the next run, both in stream order; the
+// host reads them after the stream's next synchronisation.
+inline Status stage_error_words(void *words, int n, int32_t *host_words, cudaStream_t stream) {
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_words, words, size_t(n) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+    DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(words, 0, size_t(n) * sizeof(int32_t), stream));
+    return Status::ok();
+}
+
+}  // namespace ds41rt::backend::cuda

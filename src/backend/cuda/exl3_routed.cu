@@ -294,10 +294,7 @@ Status exl3_routed_flag_error(const exl3_routed_plan &plan, const void *workspac
 static_assert(EXL3_ROUTED_ERROR_WORDS == ERR_WORDS, "the header's error word count");
 
 Status exl3_routed_error_copy(const exl3_routed_plan &plan, void *workspace, int32_t *host_words, cudaStream_t stream) {
-    char *words = static_cast<char *>(workspace) + plan.off_err;
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_words, words, ERR_WORDS * sizeof(int), cudaMemcpyDeviceToHost, stream));
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(words, 0, ERR_WORDS * sizeof(int), stream));
-    return Status::ok();
+    return stage_error_words(static_cast<char *>(workspace) + plan.off_err, ERR_WORDS, host_words, stream);
 }
 
 Status exl3_routed_error(const exl3_routed_plan &plan, void *workspace, cudaStream_t stream) {

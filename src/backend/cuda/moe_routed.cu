@@ -640,10 +640,7 @@ Status moe_routed_flag_error(const moe_routed_plan &plan, const void *workspace,
 static_assert(MOE_ROUTED_ERROR_WORDS == ERR_WORDS, "the header's error word count");
 
 Status moe_routed_error_copy(const moe_routed_plan &plan, void *workspace, int32_t *host_words, cudaStream_t stream) {
-    char *words = static_cast<char *>(workspace) + plan.off_routing;
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_words, words, ERR_WORDS * sizeof(int), cudaMemcpyDeviceToHost, stream));
-    DS41RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(words, 0, ERR_WORDS * sizeof(int), stream));
-    return Status::ok();
+    return stage_error_words(static_cast<char *>(workspace) + plan.off_routing, ERR_WORDS, host_words, stream);
 }
 
 Status moe_routed_error(const moe_routed_plan &plan, void *workspace, cudaStream_t stream) {
